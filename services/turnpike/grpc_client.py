@@ -1,0 +1,45 @@
+"""Client channels to Turnpike services, with tracing and health probes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from turnpike import telemetry
+
+_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    # Fail fast and reconnect quickly when a peer restarts.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
+
+
+def insecure_channel(address: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(
+        address, options=_OPTIONS, interceptors=telemetry.grpc_client_interceptors()
+    )
+
+
+async def check_health(channel: grpc.aio.Channel, service: str = "", timeout: float = 1.0) -> bool:
+    stub = health_pb2_grpc.HealthStub(channel)
+    try:
+        reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+    except grpc.aio.AioRpcError:
+        return False
+    return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def wait_healthy(address: str, timeout: float = 30.0, service: str = "") -> bool:
+    """Poll a service's health until SERVING or the timeout passes."""
+    deadline = time.monotonic() + timeout
+    async with grpc.aio.insecure_channel(address) as channel:
+        while time.monotonic() < deadline:
+            if await check_health(channel, service, timeout=1.0):
+                return True
+            await asyncio.sleep(0.1)
+    return False

@@ -1,0 +1,44 @@
+from turnpike.conversation.v1 import conversation_pb2 as _conversation_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RenderRequest(_message.Message):
+    __slots__ = ("instructions", "tools", "items")
+    INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    instructions: str
+    tools: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Tool]
+    items: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Item]
+    def __init__(self, instructions: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.Tool, _Mapping]]] = ..., items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ...) -> None: ...
+
+class RenderAppendRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Item]
+    def __init__(self, items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ...) -> None: ...
+
+class RenderResponse(_message.Message):
+    __slots__ = ("tokens", "completion_prompt")
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    completion_prompt: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, tokens: _Optional[_Iterable[int]] = ..., completion_prompt: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CountTextRequest(_message.Message):
+    __slots__ = ("text",)
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class CountTextResponse(_message.Message):
+    __slots__ = ("tokens",)
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    tokens: int
+    def __init__(self, tokens: _Optional[int] = ...) -> None: ...
