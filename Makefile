@@ -29,7 +29,7 @@ protos: venv
 	$(PY) scripts/gen_protos.py
 
 run: venv
-	$(PY) scripts/run_local.py
+	$(PY) -m devstack
 
 test: venv
 	$(PY) -m ruff check .

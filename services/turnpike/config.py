@@ -44,7 +44,9 @@ class Endpoints:
         default_factory=lambda: env_str("TURNPIKE_TOKENIZER_ADDR", "127.0.0.1:50052")
     )
     router: str = field(default_factory=lambda: env_str("TURNPIKE_ROUTER_ADDR", "127.0.0.1:50053"))
-    billing: str = field(default_factory=lambda: env_str("TURNPIKE_BILLING_ADDR", "127.0.0.1:50054"))
+    billing: str = field(
+        default_factory=lambda: env_str("TURNPIKE_BILLING_ADDR", "127.0.0.1:50054")
+    )
     imageres: str = field(
         default_factory=lambda: env_str("TURNPIKE_IMAGERES_ADDR", "127.0.0.1:50055")
     )
@@ -102,6 +104,10 @@ class GatewaySettings:
     backend_timeout_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_BACKEND_TIMEOUT_S", 30.0)
     )
+    # Let requests pick a pipeline with X-Turnpike-Pipeline (benchmarks; not for production).
+    allow_pipeline_override: bool = field(
+        default_factory=lambda: env_bool("TURNPIKE_ALLOW_PIPELINE_OVERRIDE", False)
+    )
     endpoints: Endpoints = field(default_factory=Endpoints)
 
 
@@ -117,11 +123,30 @@ class RouterSettings:
     health_interval_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_ROUTER_HEALTH_INTERVAL_S", 1.0)
     )
+    # Conversations remembered for worker affinity (least recently used forgotten first).
+    affinity_capacity: int = field(
+        default_factory=lambda: env_int("TURNPIKE_ROUTER_AFFINITY_CAPACITY", 100_000)
+    )
+    # Load of a worker = weighted routes it was given in this many recent seconds.
+    load_window_s: float = field(
+        default_factory=lambda: env_float("TURNPIKE_ROUTER_LOAD_WINDOW_S", 10.0)
+    )
 
 
 @dataclass(frozen=True)
 class WorkerSettings:
     worker_id: str = field(default_factory=lambda: env_str("TURNPIKE_WORKER_ID", "worker-1"))
+    # Prefix KV cache size, in prompt tokens (64-token blocks, least recently used evicted).
+    cache_tokens: int = field(
+        default_factory=lambda: env_int("TURNPIKE_WORKER_CACHE_TOKENS", 2_000_000)
+    )
+    # Fault knobs for tests, off by default. Fraction of requests answered with a
+    # "model_error" Error event instead of output:
+    error_rate: float = field(default_factory=lambda: env_float("TURNPIKE_WORKER_ERROR_RATE", 0.0))
+    # > 0: stop emitting after this many output tokens and hang until the caller cancels.
+    stall_after_tokens: int = field(
+        default_factory=lambda: env_int("TURNPIKE_WORKER_STALL_AFTER_TOKENS", 0)
+    )
 
 
 @dataclass(frozen=True)
@@ -132,6 +157,35 @@ class BillingSettings:
 
 
 @dataclass(frozen=True)
+class ImageresSettings:
+    # Decoded size limit per image; larger images get a per-image error, not an RPC failure.
+    max_image_bytes: int = field(
+        default_factory=lambda: env_int("TURNPIKE_IMAGERES_MAX_IMAGE_BYTES", 20 * 1024 * 1024)
+    )
+    # Pixel limit per image: bounds the memory a full decode can take (a tiny file can
+    # declare huge dimensions).
+    max_image_pixels: int = field(
+        default_factory=lambda: env_int("TURNPIKE_IMAGERES_MAX_IMAGE_PIXELS", 8192 * 8192)
+    )
+
+
+@dataclass(frozen=True)
 class TokenizerSettings:
     # Where the o200k vocabulary is unpacked from its package for the harmony renderer.
     vocab_dir: str = field(default_factory=lambda: env_str("TURNPIKE_VOCAB_DIR", "var/vocab"))
+
+
+@dataclass(frozen=True)
+class SafetySettings:
+    # Classifier score (0..1) at or above which a conversation is flagged.
+    flag_threshold: float = field(
+        default_factory=lambda: env_float("TURNPIKE_SAFETY_FLAG_THRESHOLD", 0.8)
+    )
+    # Score at or above which a user message blocks the conversation.
+    block_threshold: float = field(
+        default_factory=lambda: env_float("TURNPIKE_SAFETY_BLOCK_THRESHOLD", 0.98)
+    )
+    # Conversations whose incremental state is kept (least recently used forgotten first).
+    state_max_conversations: int = field(
+        default_factory=lambda: env_int("TURNPIKE_SAFETY_STATE_MAX_CONVERSATIONS", 10_000)
+    )

@@ -40,10 +40,10 @@ async def serve(
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         ("grpc.max_send_message_length", settings.max_message_bytes),
+        # A second server on a taken port must fail, not silently share it.
+        ("grpc.so_reuseport", 0),
     ]
-    server = grpc.aio.server(
-        interceptors=telemetry.grpc_server_interceptors(), options=options
-    )
+    server = grpc.aio.server(interceptors=telemetry.grpc_server_interceptors(), options=options)
     register(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -60,8 +60,11 @@ async def serve(
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
 
-    log.info("%s shutting down: NOT_SERVING, draining for up to %.1fs",
-             service_name, settings.shutdown_grace_s)
+    log.info(
+        "%s shutting down: NOT_SERVING, draining for up to %.1fs",
+        service_name,
+        settings.shutdown_grace_s,
+    )
     await health_servicer.enter_graceful_shutdown()
     await server.stop(settings.shutdown_grace_s)
     if on_shutdown is not None:

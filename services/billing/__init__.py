@@ -1,0 +1,1 @@
+"""Billing: a durable, idempotent usage ledger behind gRPC."""

@@ -1,0 +1,109 @@
+"""gRPC adapter over the ledger. All database work runs on one dedicated thread."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+from turnpike.billing.v1 import billing_pb2, billing_pb2_grpc
+
+from billing.ledger import Ledger, UsageEvent, UsageTotals
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class LedgerThread:
+    """Owns the ledger on a single-thread executor: the connection is opened, used and closed
+    on that thread only, calls are serialised in arrival order, and the event loop never
+    waits on disk."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="billing-ledger")
+        try:
+            # Blocking on purpose: a ledger that cannot open must fail the start, before the
+            # service reports SERVING.
+            self._ledger = self._executor.submit(Ledger.open, path).result()
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            raise
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def record(self, event: UsageEvent) -> bool:
+        return await self._run(self._ledger.record, event)
+
+    async def usage(self, tenant: str) -> UsageTotals:
+        return await self._run(self._ledger.usage, tenant)
+
+    async def close(self) -> None:
+        # Queued behind any write already handed to the thread, so those still commit.
+        await self._run(self._ledger.close)
+        self._executor.shutdown(wait=True)
+
+
+def totals_to_pb(totals: UsageTotals) -> billing_pb2.UsageTotals:
+    return billing_pb2.UsageTotals(
+        tenant=totals.tenant,
+        responses=totals.responses,
+        input_tokens=totals.input_tokens,
+        cached_tokens=totals.cached_tokens,
+        output_tokens=totals.output_tokens,
+        by_model=[
+            billing_pb2.ModelUsage(
+                model=m.model,
+                responses=m.responses,
+                input_tokens=m.input_tokens,
+                cached_tokens=m.cached_tokens,
+                output_tokens=m.output_tokens,
+            )
+            for m in totals.by_model
+        ],
+    )
+
+
+class BillingServicer(billing_pb2_grpc.BillingServicer):
+    def __init__(self, ledger: LedgerThread) -> None:
+        self._ledger = ledger
+
+    async def RecordUsage(
+        self, request: billing_pb2.UsageEvent, context: grpc.aio.ServicerContext
+    ) -> billing_pb2.RecordUsageResponse:
+        event = UsageEvent(
+            event_id=request.event_id,
+            tenant=request.tenant,
+            model=request.model,
+            input_tokens=request.input_tokens,
+            cached_tokens=request.cached_tokens,
+            output_tokens=request.output_tokens,
+            created_at=request.created_at,
+        )
+        try:
+            event.validate()
+            duplicate = await self._ledger.record(event)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except sqlite3.Error as exc:
+            log.exception("ledger write failed for event %s", request.event_id)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"ledger write failed: {exc}")
+        return billing_pb2.RecordUsageResponse(duplicate=duplicate)
+
+    async def GetUsage(
+        self, request: billing_pb2.GetUsageRequest, context: grpc.aio.ServicerContext
+    ) -> billing_pb2.UsageTotals:
+        if not request.tenant:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "tenant must not be empty")
+        try:
+            totals = await self._ledger.usage(request.tenant)
+        except sqlite3.Error as exc:
+            log.exception("ledger read failed for tenant %s", request.tenant)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"ledger read failed: {exc}")
+        return totals_to_pb(totals)

@@ -1,0 +1,1 @@
+"""The Turnpike gateway: the OpenAI Responses API over HTTP, SSE and WebSocket."""

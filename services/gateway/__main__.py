@@ -1,0 +1,32 @@
+"""``python -m gateway``: serve the API with uvicorn."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+from turnpike.config import GatewaySettings
+
+from gateway.app import create_app
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = GatewaySettings()
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        # Frames over the API's own limit still arrive, so the client gets a clear
+        # error event; only frames far beyond it are cut off by the library (close 1009).
+        ws_max_size=max(4 * settings.max_frame_bytes, 16 * 1024 * 1024),
+        ws="websockets-sansio",
+        log_level="warning",
+        timeout_graceful_shutdown=10,
+    )
+
+
+if __name__ == "__main__":
+    main()

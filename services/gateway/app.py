@@ -1,0 +1,79 @@
+"""The FastAPI application: wiring, lifespan and error handlers."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from contextlib import asynccontextmanager
+
+import grpc
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from turnpike import telemetry
+from turnpike.config import GatewaySettings
+
+from gateway import http_api, ws_api
+from gateway.errors import ApiError, server_error, unavailable
+from gateway.gateway_core import Gateway
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: GatewaySettings | None = None) -> FastAPI:
+    settings = settings or GatewaySettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        telemetry.setup_tracing("gateway")
+        gateway = Gateway.build(settings)
+        await gateway.start()
+        app.state.gateway = gateway
+        yield
+        await gateway.stop()
+        telemetry.shutdown_tracing()
+
+    app = FastAPI(
+        title="Turnpike", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
+    app.include_router(http_api.router)
+    app.include_router(ws_api.router)
+
+    def error_response(err: ApiError) -> JSONResponse:
+        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+    @app.exception_handler(ApiError)
+    async def on_api_error(request: Request, err: ApiError) -> JSONResponse:
+        return error_response(err)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "http_error")
+        message = {
+            404: f"Invalid URL ({request.method} {request.url.path}).",
+            405: f"Method {request.method} is not allowed on {request.url.path}.",
+        }.get(err.status_code, str(err.detail))
+        return error_response(ApiError(err.status_code, message, code=code))
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
+        return error_response(ApiError(400, str(err), code="invalid_request"))
+
+    @app.exception_handler(grpc.aio.AioRpcError)
+    async def on_backend_error(request: Request, err: grpc.aio.AioRpcError) -> JSONResponse:
+        log.warning("backend call failed: %s %s", err.code(), err.details())
+        return error_response(unavailable("A backend service is unavailable; please retry."))
+
+    @app.exception_handler(Exception)
+    async def on_unexpected(request: Request, err: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(server_error())
+
+    @app.middleware("http")
+    async def request_id(request: Request, call_next):
+        response = await call_next(request)
+        response.headers["x-request-id"] = "req_" + secrets.token_hex(12)
+        return response
+
+    return app

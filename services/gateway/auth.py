@@ -1,0 +1,55 @@
+"""Bearer API keys mapped to tenants (``TURNPIKE_API_KEYS`` = "key:tenant,...")."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Mapping
+
+from gateway.errors import ApiError, unauthorized
+
+DEV_KEY = "sk-turnpike-dev"
+
+
+def parse_api_keys(spec: str) -> dict[str, str]:
+    keys: dict[str, str] = {}
+    for pair in spec.split(","):
+        pair = pair.strip()
+        if not pair:
+            continue
+        key, sep, tenant = pair.rpartition(":")
+        if not sep or not key or not tenant:
+            raise ValueError(f"TURNPIKE_API_KEYS entry {pair!r} is not 'key:tenant'")
+        keys[key] = tenant
+    return keys
+
+
+class ApiKeys:
+    def __init__(self, keys: dict[str, str]) -> None:
+        self._keys = keys
+
+    def tenant_for(self, headers: Mapping[str, str]) -> str:
+        """The caller's tenant, or an ApiError(401)."""
+        raw = headers.get("authorization")
+        if not raw:
+            raise unauthorized(
+                "You didn't provide an API key. Pass it in the Authorization header "
+                "as 'Bearer YOUR_KEY'."
+            )
+        scheme, _, token = raw.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise unauthorized("The Authorization header must be 'Bearer YOUR_KEY'.")
+        for key, tenant in self._keys.items():
+            # Constant-time comparison: key checks must not leak prefixes through timing.
+            if hmac.compare_digest(key.encode(), token.encode()):
+                return tenant
+        raise unauthorized(f"Incorrect API key provided: {redact(token)}.")
+
+
+def redact(token: str) -> str:
+    if len(token) <= 8:
+        return "*" * len(token)
+    return f"{token[:4]}{'*' * 8}{token[-4:]}"
+
+
+__all__ = ["DEV_KEY", "ApiError", "ApiKeys", "parse_api_keys"]

@@ -1,0 +1,91 @@
+"""The API's error shape, one class for every transport.
+
+HTTP bodies are ``{"error": {"message", "type", "code", "param"}}`` with all four
+keys; WebSocket errors are the nested event with an integer ``status``; a
+failure after streaming began becomes ``response.failed`` instead (see events).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ApiError(Exception):
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    code: str | None = None
+    param: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "code": self.code,
+                "param": self.param,
+            }
+        }
+
+    def ws_event(self, stream_id: str | None = None) -> dict[str, Any]:
+        event: dict[str, Any] = {
+            "type": "error",
+            "status": self.status,
+            "sequence_number": None,
+            "error": {
+                "type": self.type,
+                "code": self.code,
+                "message": self.message,
+                "param": self.param,
+            },
+        }
+        if stream_id is not None:
+            event["stream_id"] = stream_id
+        return event
+
+
+def invalid(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, code=code, param=param)
+
+
+def invalid_type(param: str, expected: str) -> ApiError:
+    return ApiError(
+        400,
+        f"Invalid type for '{param}': expected {expected}.",
+        code="invalid_type",
+        param=param,
+    )
+
+
+def not_found(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(404, message, code=code, param=param)
+
+
+def unauthorized(message: str) -> ApiError:
+    return ApiError(401, message, type="invalid_request_error", code="invalid_api_key")
+
+
+def too_large(limit: int, what: str = "Request body") -> ApiError:
+    return ApiError(
+        413,
+        f"{what} is too large: the limit is {limit} bytes.",
+        code="request_too_large",
+        # Retrying the same body cannot succeed.
+        headers={"x-should-retry": "false"},
+    )
+
+
+def server_error(
+    message: str = "The server had an error while processing your request.",
+) -> ApiError:
+    return ApiError(500, message, type="server_error", code="server_error")
+
+
+def unavailable(message: str) -> ApiError:
+    return ApiError(503, message, type="server_error", code="service_unavailable")

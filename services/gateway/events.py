@@ -1,0 +1,177 @@
+"""Sans-I/O builder of a response's event stream.
+
+It owns the bookkeeping the clients check: one response id across lifecycle
+events, increasing ``sequence_number``, ``output_item.added`` before deltas,
+``content_part.added`` before text, matching ``.done`` events, and the full
+output in the terminal event. Transports only serialise what it returns.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from turnpike.ids import new_id
+
+from gateway.response_object import snapshot
+
+Event = dict[str, Any]
+
+
+class ResponseEvents:
+    def __init__(self, response: dict[str, Any]) -> None:
+        self.response = response
+        self._seq = 0
+        self._item: dict[str, Any] | None = None
+        self._text: list[str] = []
+
+    def _event(self, kind: str, **fields: Any) -> Event:
+        event = {"type": kind, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return event
+
+    def _lifecycle(self, kind: str) -> Event:
+        return self._event(kind, response=snapshot(self.response))
+
+    # Lifecycle -------------------------------------------------------------
+    def created(self) -> Event:
+        return self._lifecycle("response.created")
+
+    def in_progress(self) -> Event:
+        return self._lifecycle("response.in_progress")
+
+    def completed(self, usage: dict[str, Any]) -> Event:
+        self._finish("completed", usage)
+        return self._lifecycle("response.completed")
+
+    def incomplete(self, reason: str, usage: dict[str, Any]) -> list[Event]:
+        events = self._close_open_item("incomplete")
+        self._finish("incomplete", usage)
+        self.response["incomplete_details"] = {"reason": reason}
+        return [*events, self._lifecycle("response.incomplete")]
+
+    def failed(self, code: str, message: str) -> list[Event]:
+        events = self._close_open_item("incomplete")
+        self._finish("failed", None)
+        self.response["error"] = {"code": code, "message": message}
+        return [*events, self._lifecycle("response.failed")]
+
+    def _finish(self, status: str, usage: dict[str, Any] | None) -> None:
+        self.response["status"] = status
+        self.response["usage"] = usage
+        self.response["completed_at"] = int(time.time())
+
+    # Output items ----------------------------------------------------------
+    @property
+    def _index(self) -> int:
+        return len(self.response["output"]) - 1
+
+    def start_message(self) -> list[Event]:
+        item = {
+            "id": new_id("msg"),
+            "type": "message",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
+        self._open(item)
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        return [
+            self._event("response.output_item.added", output_index=self._index, item=dict(item)),
+            self._event(
+                "response.content_part.added",
+                item_id=item["id"],
+                output_index=self._index,
+                content_index=0,
+                part=part,
+            ),
+        ]
+
+    def start_function_call(self, call_id: str, name: str) -> list[Event]:
+        item = {
+            "id": new_id("fc"),
+            "type": "function_call",
+            "call_id": call_id,
+            "name": name,
+            "arguments": "",
+            "status": "in_progress",
+        }
+        self._open(item)
+        return [
+            self._event("response.output_item.added", output_index=self._index, item=dict(item))
+        ]
+
+    def delta(self, text: str) -> Event:
+        item = self._require_open()
+        self._text.append(text)
+        if item["type"] == "message":
+            return self._event(
+                "response.output_text.delta",
+                item_id=item["id"],
+                output_index=self._index,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        return self._event(
+            "response.function_call_arguments.delta",
+            item_id=item["id"],
+            output_index=self._index,
+            delta=text,
+        )
+
+    def finish_item(self) -> list[Event]:
+        return self._close_open_item("completed")
+
+    def _open(self, item: dict[str, Any]) -> None:
+        if self._item is not None:
+            raise RuntimeError("an output item is already open")
+        self._item = item
+        self._text = []
+        self.response["output"].append(item)
+
+    def _require_open(self) -> dict[str, Any]:
+        if self._item is None:
+            raise RuntimeError("no output item is open")
+        return self._item
+
+    def _close_open_item(self, status: str) -> list[Event]:
+        item = self._item
+        if item is None:
+            return []
+        self._item = None
+        text = "".join(self._text)
+        index = self._index
+        item["status"] = status
+        if item["type"] == "message":
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            item["content"] = [part]
+            events = [
+                self._event(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                ),
+                self._event(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=dict(part),
+                ),
+            ]
+        else:
+            item["arguments"] = text
+            events = [
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    arguments=text,
+                )
+            ]
+        events.append(self._event("response.output_item.done", output_index=index, item=dict(item)))
+        return events

@@ -1,0 +1,244 @@
+"""HTTP adapter: JSON and Server-Sent Events over the engine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from turnpike.billing.v1 import billing_pb2
+from turnpike.router.v1 import router_pb2
+
+from gateway.engine import ResponseRun
+from gateway.errors import ApiError, invalid, not_found, too_large
+from gateway.gateway_core import Gateway, parse_json
+from gateway.request import parse_create
+
+router = APIRouter()
+
+
+def gateway_of(request: Request) -> Gateway:
+    return request.app.state.gateway
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refusing anything over ``limit`` bytes before reading it all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def sse(event: dict[str, Any]) -> str:
+    return f"event: {event['type']}\ndata: {dumps(event)}\n\n"
+
+
+async def sse_stream(run: ResponseRun) -> AsyncIterator[str]:
+    async for event in run.events():
+        yield sse(event)
+    # The Open Responses spec ends streams with [DONE]; the SDK accepts it.
+    yield "data: [DONE]\n\n"
+
+
+@router.post("/v1/responses")
+async def create_response(request: Request) -> Response:
+    gw = gateway_of(request)
+    tenant = gw.keys.tenant_for(request.headers)
+    pipeline = gw.pipeline_for(request.headers, websocket=False)
+    body = parse_json(await read_body(request, gw.settings.max_body_bytes))
+    create = parse_create(body, default_model=gw.settings.default_model)
+    ctx = gw.context(tenant, pipeline)
+    prepared = await gw.engine.prepare(create, ctx)
+    run = gw.engine.start(prepared)
+    if create.stream:
+        return StreamingResponse(
+            sse_stream(run),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
+    async for _ in run.events():
+        pass
+    return JSONResponse(run.final)
+
+
+async def _stored(gw: Gateway, tenant: str, response_id: str):
+    record = await gw.store.get(tenant, response_id)
+    if record is None:
+        raise not_found(
+            f"Response with id '{response_id}' not found.", "response_id", "response_not_found"
+        )
+    return record
+
+
+@router.get("/v1/responses/{response_id}")
+async def get_response(response_id: str, request: Request) -> Response:
+    gw = gateway_of(request)
+    tenant = gw.keys.tenant_for(request.headers)
+    record = await _stored(gw, tenant, response_id)
+    if request.query_params.get("stream") == "true":
+        raise invalid(
+            "Streaming a stored response again is not supported by this server.",
+            "stream",
+            "unsupported_parameter",
+        )
+    return JSONResponse(record.response)
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(response_id: str, request: Request) -> Response:
+    gw = gateway_of(request)
+    tenant = gw.keys.tenant_for(request.headers)
+    if not await gw.store.delete(tenant, response_id):
+        raise not_found(
+            f"Response with id '{response_id}' not found.", "response_id", "response_not_found"
+        )
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+@router.post("/v1/responses/{response_id}/cancel")
+async def cancel_response(response_id: str, request: Request) -> Response:
+    gw = gateway_of(request)
+    tenant = gw.keys.tenant_for(request.headers)
+    await _stored(gw, tenant, response_id)
+    raise invalid(
+        "Only background responses can be cancelled, and this server does not run background responses.",
+        "response_id",
+        "not_cancellable",
+    )
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise invalid(f"Invalid '{name}': expected an integer.", name, "invalid_type") from None
+    if not low <= value <= high:
+        raise invalid(f"Invalid '{name}': expected {low} to {high}.", name, "invalid_value")
+    return value
+
+
+@router.get("/v1/responses/{response_id}/input_items")
+async def list_input_items(response_id: str, request: Request) -> Response:
+    gw = gateway_of(request)
+    tenant = gw.keys.tenant_for(request.headers)
+    limit = _int_param(request, "limit", 20, 1, 100)
+    order = request.query_params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise invalid("Invalid 'order': expected 'asc' or 'desc'.", "order", "invalid_value")
+    await _stored(gw, tenant, response_id)
+    items = await gw.engine.input_items(tenant, response_id)
+    if order == "desc":
+        items = items[::-1]
+    after = request.query_params.get("after")
+    if after is not None:
+        ids = [item["id"] for item in items]
+        if after not in ids:
+            raise invalid(
+                f"No input item with id '{after}' in this response.", "after", "invalid_value"
+            )
+        items = items[ids.index(after) + 1 :]
+    page = items[:limit]
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(items) > limit,
+        }
+    )
+
+
+@router.post("/v1/responses/input_tokens")
+async def count_input_tokens(request: Request) -> Response:
+    gw = gateway_of(request)
+    tenant = gw.keys.tenant_for(request.headers)
+    body = parse_json(await read_body(request, gw.settings.max_body_bytes))
+    create = parse_create(body, default_model=gw.settings.default_model)
+    count = await gw.engine.count_input_tokens(
+        create, gw.context(tenant, gw.pipeline_for(request.headers, False))
+    )
+    return JSONResponse({"object": "response.input_tokens", "input_tokens": count})
+
+
+def _model_object(model: router_pb2.ModelConfig) -> dict[str, Any]:
+    return {"id": model.id, "object": "model", "created": model.created, "owned_by": model.owned_by}
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> Response:
+    gw = gateway_of(request)
+    gw.keys.tenant_for(request.headers)
+    reply = await gw.backends.router.ListModels(router_pb2.ListModelsRequest(), timeout=5)
+    return JSONResponse({"object": "list", "data": [_model_object(m) for m in reply.models]})
+
+
+@router.get("/v1/models/{model_id}")
+async def get_model(model_id: str, request: Request) -> Response:
+    gw = gateway_of(request)
+    gw.keys.tenant_for(request.headers)
+    reply = await gw.backends.router.ListModels(router_pb2.ListModelsRequest(), timeout=5)
+    for model in reply.models:
+        if model.id == model_id:
+            return JSONResponse(_model_object(model))
+    raise not_found(f"The model '{model_id}' does not exist.", "model", "model_not_found")
+
+
+@router.get("/v1/usage")
+async def usage_totals(request: Request) -> Response:
+    gw = gateway_of(request)
+    tenant = gw.keys.tenant_for(request.headers)
+    totals = await gw.backends.billing.GetUsage(
+        billing_pb2.GetUsageRequest(tenant=tenant), timeout=5
+    )
+    return JSONResponse(
+        {
+            "object": "usage",
+            "tenant": tenant,
+            "responses": totals.responses,
+            "input_tokens": totals.input_tokens,
+            "cached_tokens": totals.cached_tokens,
+            "output_tokens": totals.output_tokens,
+            "pending_events": gw.outbox.pending,
+            "by_model": [
+                {
+                    "model": m.model,
+                    "responses": m.responses,
+                    "input_tokens": m.input_tokens,
+                    "cached_tokens": m.cached_tokens,
+                    "output_tokens": m.output_tokens,
+                }
+                for m in totals.by_model
+            ],
+        }
+    )
+
+
+@router.get("/healthz")
+async def healthz() -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> Response:
+    health = await gateway_of(request).backends.health()
+    ready = all(health.values())
+    return JSONResponse({"ready": ready, "services": health}, status_code=200 if ready else 503)
+
+
+__all__ = ["ApiError", "router"]

@@ -1,0 +1,297 @@
+"""Input items: accept every shape the official clients send, store one canonical shape.
+
+Canonical items are what ``input_items`` lists and what a follow-up's history
+holds: each has an ``id`` and a ``status``. ``to_proto`` flattens them into the
+``conversation.v1.Item`` the backends work with. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from turnpike.conversation.v1 import conversation_pb2
+from turnpike.ids import new_id
+
+from gateway.errors import ApiError, invalid, invalid_type
+
+Item = dict[str, Any]
+
+MESSAGE_ROLES = ("user", "assistant", "system", "developer")
+TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+
+
+def normalize_input(raw: Any, param: str = "input") -> list[Item]:
+    """The request's ``input`` (a string or a list of items) as canonical items."""
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        return [_message("user", [{"type": "input_text", "text": raw}])]
+    if not isinstance(raw, list):
+        raise invalid_type(param, "a string or an array of input items")
+    return [normalize_item(item, f"{param}[{i}]") for i, item in enumerate(raw)]
+
+
+def normalize_item(raw: Any, param: str) -> Item:
+    if not isinstance(raw, dict):
+        raise invalid_type(param, "an object")
+    kind = raw.get("type", "message" if "role" in raw else None)
+    if kind == "message":
+        return _normalize_message(raw, param)
+    if kind == "function_call":
+        return _normalize_function_call(raw, param)
+    if kind == "function_call_output":
+        return _normalize_function_call_output(raw, param)
+    if kind == "reasoning":
+        return _normalize_reasoning(raw, param)
+    if kind is None:
+        raise invalid(
+            f"Missing required parameter: '{param}.type'.",
+            f"{param}.type",
+            "missing_required_parameter",
+        )
+    if not isinstance(kind, str):
+        raise invalid_type(f"{param}.type", "a string")
+    raise invalid(
+        f"Input items of type '{kind}' are not supported by this server.",
+        f"{param}.type",
+        "unsupported_item_type",
+    )
+
+
+def _message(role: str, content: list[dict[str, Any]], item_id: str | None = None) -> Item:
+    return {
+        "id": item_id or new_id("msg"),
+        "type": "message",
+        "role": role,
+        "content": content,
+        "status": "completed",
+    }
+
+
+def _normalize_message(raw: dict[str, Any], param: str) -> Item:
+    role = raw.get("role")
+    if role not in MESSAGE_ROLES:
+        if not isinstance(role, str):
+            raise invalid_type(f"{param}.role", "one of " + ", ".join(MESSAGE_ROLES))
+        raise invalid(
+            f"Invalid value for '{param}.role': '{role}'. Supported values are: "
+            + ", ".join(f"'{r}'" for r in MESSAGE_ROLES)
+            + ".",
+            f"{param}.role",
+            "invalid_value",
+        )
+    content = raw.get("content")
+    if isinstance(content, str):
+        part_type = "output_text" if role == "assistant" else "input_text"
+        parts = [_part({"type": part_type, "text": content}, role, f"{param}.content")]
+    elif isinstance(content, list):
+        parts = [_part(p, role, f"{param}.content[{i}]") for i, p in enumerate(content)]
+    elif content is None:
+        raise invalid(
+            f"Missing required parameter: '{param}.content'.",
+            f"{param}.content",
+            "missing_required_parameter",
+        )
+    else:
+        raise invalid_type(f"{param}.content", "a string or an array of content parts")
+    item_id = raw.get("id")
+    if item_id is not None and not isinstance(item_id, str):
+        raise invalid_type(f"{param}.id", "a string")
+    return _message(role, parts, item_id)
+
+
+def _part(raw: Any, role: str, param: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise invalid_type(param, "a content part object")
+    kind = raw.get("type")
+    if kind in ("input_text", "output_text"):
+        text = raw.get("text")
+        if not isinstance(text, str):
+            raise invalid_type(f"{param}.text", "a string")
+        if kind == "output_text" or role == "assistant":
+            return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        return {"type": "input_text", "text": text}
+    if kind == "refusal":
+        refusal = raw.get("refusal")
+        if not isinstance(refusal, str):
+            raise invalid_type(f"{param}.refusal", "a string")
+        return {"type": "refusal", "refusal": refusal}
+    if kind == "input_image":
+        image_url, file_id = raw.get("image_url"), raw.get("file_id")
+        if image_url is None and file_id is None:
+            raise invalid(
+                f"'{param}' needs 'image_url' or 'file_id'.",
+                f"{param}.image_url",
+                "missing_required_parameter",
+            )
+        for name, value in (("image_url", image_url), ("file_id", file_id)):
+            if value is not None and not isinstance(value, str):
+                raise invalid_type(f"{param}.{name}", "a string")
+        detail = raw.get("detail", "auto")
+        if detail not in ("low", "high", "auto"):
+            raise invalid(
+                f"Invalid value for '{param}.detail': expected 'low', 'high' or 'auto'.",
+                f"{param}.detail",
+                "invalid_value",
+            )
+        return {"type": "input_image", "image_url": image_url, "file_id": file_id, "detail": detail}
+    if not isinstance(kind, str):
+        raise invalid_type(f"{param}.type", "a string")
+    raise invalid(
+        f"Content parts of type '{kind}' are not supported by this server.",
+        f"{param}.type",
+        "unsupported_content_type",
+    )
+
+
+def _require_str(raw: dict[str, Any], key: str, param: str) -> str:
+    value = raw.get(key)
+    if value is None:
+        raise invalid(
+            f"Missing required parameter: '{param}.{key}'.",
+            f"{param}.{key}",
+            "missing_required_parameter",
+        )
+    if not isinstance(value, str):
+        raise invalid_type(f"{param}.{key}", "a string")
+    return value
+
+
+def _normalize_function_call(raw: dict[str, Any], param: str) -> Item:
+    call_id = _require_str(raw, "call_id", param)
+    name = _require_str(raw, "name", param)
+    arguments = _require_str(raw, "arguments", param)
+    item_id = raw.get("id")
+    if item_id is not None and not isinstance(item_id, str):
+        raise invalid_type(f"{param}.id", "a string")
+    return {
+        "id": item_id or new_id("fc"),
+        "type": "function_call",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": "completed",
+    }
+
+
+def _normalize_function_call_output(raw: dict[str, Any], param: str) -> Item:
+    call_id = _require_str(raw, "call_id", param)
+    output = raw.get("output")
+    if isinstance(output, list):
+        output = [_part(p, "user", f"{param}.output[{i}]") for i, p in enumerate(output)]
+    elif not isinstance(output, str):
+        if output is None:
+            raise invalid(
+                f"Missing required parameter: '{param}.output'.",
+                f"{param}.output",
+                "missing_required_parameter",
+            )
+        raise invalid_type(f"{param}.output", "a string or an array of content parts")
+    item_id = raw.get("id")
+    if item_id is not None and not isinstance(item_id, str):
+        raise invalid_type(f"{param}.id", "a string")
+    return {
+        "id": item_id or new_id("fco"),
+        "type": "function_call_output",
+        "call_id": call_id,
+        "output": output,
+        "status": "completed",
+    }
+
+
+def _normalize_reasoning(raw: dict[str, Any], param: str) -> Item:
+    summary = raw.get("summary", [])
+    if not isinstance(summary, list):
+        raise invalid_type(f"{param}.summary", "an array")
+    item = {"id": raw.get("id") or new_id("rs"), "type": "reasoning", "summary": summary}
+    if isinstance(raw.get("encrypted_content"), str):
+        item["encrypted_content"] = raw["encrypted_content"]
+    return item
+
+
+def check_call_outputs(
+    history: Iterable[Item], new_items: list[Item], param: str = "input"
+) -> None:
+    """Every function_call_output must answer a function_call seen before it."""
+    known = {item["call_id"] for item in history if item["type"] == "function_call"}
+    for i, item in enumerate(new_items):
+        if item["type"] == "function_call":
+            known.add(item["call_id"])
+        elif item["type"] == "function_call_output" and item["call_id"] not in known:
+            raise ApiError(
+                400,
+                f"No tool call found for function call output with call_id {item['call_id']}.",
+                code="invalid_function_call_output",
+                param=f"{param}[{i}].call_id",
+            )
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's content or a tool output, parts joined by newlines."""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content or []:
+        if part.get("type") in TEXT_PARTS:
+            texts.append(part.get("text", ""))
+        elif part.get("type") == "refusal":
+            texts.append(part.get("refusal", ""))
+    return "\n".join(texts)
+
+
+def images_of(content: Any) -> list[conversation_pb2.Image]:
+    if isinstance(content, str):
+        return []
+    return [
+        conversation_pb2.Image(
+            url=part.get("image_url") or "",
+            file_id=part.get("file_id") or "",
+            detail=part["detail"],
+        )
+        for part in content or []
+        if part.get("type") == "input_image"
+    ]
+
+
+def to_proto(items: Iterable[Item], call_names: dict[str, str]) -> list[conversation_pb2.Item]:
+    """Flatten canonical items for the backends. ``call_names`` maps call ids to the
+    function names, so a tool output knows which function it answers; it is
+    updated with the calls found in ``items``. Reasoning items carry nothing to render."""
+    Kind = conversation_pb2.Item.Kind
+    out = []
+    for item in items:
+        kind = item["type"]
+        if kind == "message":
+            out.append(
+                conversation_pb2.Item(
+                    kind=Kind.MESSAGE,
+                    id=item["id"],
+                    role=item["role"],
+                    text=text_of(item["content"]),
+                    images=images_of(item["content"]),
+                )
+            )
+        elif kind == "function_call":
+            call_names[item["call_id"]] = item["name"]
+            out.append(
+                conversation_pb2.Item(
+                    kind=Kind.FUNCTION_CALL,
+                    id=item["id"],
+                    call_id=item["call_id"],
+                    name=item["name"],
+                    arguments=item["arguments"],
+                )
+            )
+        elif kind == "function_call_output":
+            out.append(
+                conversation_pb2.Item(
+                    kind=Kind.FUNCTION_CALL_OUTPUT,
+                    id=item["id"],
+                    call_id=item["call_id"],
+                    name=call_names.get(item["call_id"], ""),
+                    text=text_of(item["output"]),
+                    images=images_of(item["output"]),
+                )
+            )
+    return out

@@ -1,0 +1,73 @@
+"""The pipelines: one set of stages, three configurations.
+
+Each flag switches one change of the design on or off, so a benchmark can
+measure what each change buys. No flag adds or removes artificial delay: the
+slow path is slow only because it does more real work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.errors import invalid
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    # Continue from the connection-scoped cache instead of rebuilding from the store.
+    connection_cache: bool
+    # Classify only the new input, folding it into the conversation's safety state.
+    incremental_safety: bool
+    # Render only the new items and append them to cached tokens.
+    append_render: bool
+    # Reuse the previous turn's model resolution and worker.
+    reuse_route: bool
+    # Reach the worker through the image-resolution proxy.
+    image_hop: bool
+    # Record billing before the terminal event (instead of in the background).
+    blocking_billing: bool
+
+
+LEGACY = Pipeline(
+    "legacy",
+    connection_cache=False,
+    incremental_safety=False,
+    append_render=False,
+    reuse_route=False,
+    image_hop=True,
+    blocking_billing=True,
+)
+SPRINT = Pipeline(
+    "sprint",
+    connection_cache=False,
+    incremental_safety=False,
+    append_render=False,
+    reuse_route=False,
+    image_hop=False,
+    blocking_billing=False,
+)
+CONNECTION = Pipeline(
+    "connection",
+    connection_cache=True,
+    incremental_safety=True,
+    append_render=True,
+    reuse_route=True,
+    image_hop=False,
+    blocking_billing=False,
+)
+PIPELINES = {p.name: p for p in (LEGACY, SPRINT, CONNECTION)}
+
+
+def pipeline_named(name: str | None, default: Pipeline, allow_override: bool) -> Pipeline:
+    """The pipeline a request asked for (``X-Turnpike-Pipeline``), when allowed."""
+    if not name or not allow_override:
+        return default
+    try:
+        return PIPELINES[name.strip().lower()]
+    except KeyError:
+        raise invalid(
+            f"Unknown pipeline '{name}'; expected one of: {', '.join(PIPELINES)}.",
+            "X-Turnpike-Pipeline",
+            "invalid_value",
+        ) from None

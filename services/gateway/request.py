@@ -1,0 +1,325 @@
+"""Validation of a create request (``POST /v1/responses`` body or WebSocket
+``response.create``) into a typed ``CreateRequest``. Pure: no I/O.
+
+Unknown top-level keys are ignored (clients inject them through ``extra_body``);
+known keys of the wrong type get a 400 naming the parameter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnpike.conversation.v1 import conversation_pb2
+
+from gateway.errors import ApiError, invalid, invalid_type
+from gateway.items import Item, normalize_input
+
+STREAM_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
+MAX_METADATA_KEYS = 16
+
+
+@dataclass
+class CreateRequest:
+    model: str
+    input_items: list[Item]
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: Any = "auto"
+    parallel_tool_calls: bool = True
+    max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_logprobs: int = 0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    truncation: str = "disabled"
+    text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}})
+    reasoning: dict[str, Any] | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    store: bool = True
+    stream: bool = False
+    service_tier: str = "default"
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    seed: int | None = None
+    # WebSocket only.
+    stream_id: str | None = None
+    generate: bool = True
+
+    def proto_tools(self) -> list[conversation_pb2.Tool]:
+        return [
+            conversation_pb2.Tool(
+                name=tool["name"],
+                description=tool.get("description") or "",
+                parameters_json=json.dumps(tool.get("parameters") or {}, sort_keys=True),
+                strict=bool(tool.get("strict")),
+            )
+            for tool in self.tools
+        ]
+
+    def tool_choice_name(self) -> str:
+        """tool_choice as the worker's string: auto | none | required | a function name."""
+        choice = self.tool_choice
+        if isinstance(choice, str):
+            return choice
+        if choice.get("type") == "function":
+            return choice["name"]
+        return choice.get("mode", "auto")  # allowed_tools
+
+
+def _opt(body: dict[str, Any], key: str, types: type | tuple[type, ...], expected: str) -> Any:
+    value = body.get(key)
+    if value is None:
+        return None
+    # bool is an int in Python; a JSON true is never a valid number here.
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise invalid_type(key, expected)
+    if not isinstance(value, types):
+        raise invalid_type(key, expected)
+    return value
+
+
+def _number(body: dict[str, Any], key: str, low: float, high: float, default: float) -> float:
+    value = _opt(body, key, (int, float), "a number")
+    if value is None:
+        return default
+    if not low <= value <= high:
+        raise invalid(
+            f"Invalid '{key}': {value} is out of range; expected a number from {low} to {high}.",
+            key,
+            "invalid_value",
+        )
+    return float(value)
+
+
+def _tools(raw: Any) -> list[dict[str, Any]]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise invalid_type("tools", "an array of tools")
+    tools, names = [], set()
+    for i, tool in enumerate(raw):
+        param = f"tools[{i}]"
+        if not isinstance(tool, dict):
+            raise invalid_type(param, "a tool object")
+        kind = tool.get("type")
+        if kind != "function":
+            raise invalid(
+                f"Tools of type '{kind}' are not supported by this server; use function tools.",
+                f"{param}.type",
+                "unsupported_tool_type",
+            )
+        name = tool.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+            raise invalid(
+                f"Invalid '{param}.name': a function name is 1-64 letters, digits, '_' or '-'.",
+                f"{param}.name",
+                "invalid_value",
+            )
+        if name in names:
+            raise invalid(
+                f"Duplicate function name '{name}' in tools.", f"{param}.name", "invalid_value"
+            )
+        names.add(name)
+        parameters = tool.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise invalid_type(f"{param}.parameters", "a JSON Schema object")
+        description = tool.get("description")
+        if description is not None and not isinstance(description, str):
+            raise invalid_type(f"{param}.description", "a string")
+        strict = tool.get("strict", True)
+        if strict is not None and not isinstance(strict, bool):
+            raise invalid_type(f"{param}.strict", "a boolean")
+        tools.append(
+            {
+                "type": "function",
+                "name": name,
+                "description": description,
+                "parameters": parameters
+                if parameters is not None
+                else {"type": "object", "properties": {}},
+                "strict": True if strict is None else strict,
+            }
+        )
+    return tools
+
+
+def _tool_choice(raw: Any, tools: list[dict[str, Any]]) -> Any:
+    if raw is None:
+        return "auto"
+    if isinstance(raw, str):
+        if raw not in ("auto", "none", "required"):
+            raise invalid(
+                f"Invalid value for 'tool_choice': '{raw}'. Supported values are 'auto', 'none' and 'required'.",
+                "tool_choice",
+                "invalid_value",
+            )
+        if raw == "required" and not tools:
+            raise invalid(
+                "'tool_choice' is 'required' but no tools were given.",
+                "tool_choice",
+                "invalid_value",
+            )
+        return raw
+    if not isinstance(raw, dict):
+        raise invalid_type("tool_choice", "a string or an object")
+    if raw.get("type") == "function":
+        name = raw.get("name")
+        if not isinstance(name, str):
+            raise invalid_type("tool_choice.name", "a string")
+        if name not in {t["name"] for t in tools}:
+            raise invalid(
+                f"Tool choice '{name}' is not among the given tools.",
+                "tool_choice.name",
+                "invalid_value",
+            )
+        return {"type": "function", "name": name}
+    if raw.get("type") == "allowed_tools":
+        mode = raw.get("mode", "auto")
+        if mode not in ("auto", "required"):
+            raise invalid(
+                "Invalid 'tool_choice.mode': expected 'auto' or 'required'.",
+                "tool_choice.mode",
+                "invalid_value",
+            )
+        return {"type": "allowed_tools", "mode": mode, "tools": raw.get("tools", [])}
+    raise invalid(
+        f"Unsupported tool_choice type '{raw.get('type')}'.", "tool_choice.type", "invalid_value"
+    )
+
+
+def _metadata(raw: Any) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise invalid_type("metadata", "an object of string values")
+    if len(raw) > MAX_METADATA_KEYS:
+        raise invalid(
+            f"'metadata' has more than {MAX_METADATA_KEYS} keys.", "metadata", "invalid_value"
+        )
+    for key, value in raw.items():
+        if not isinstance(value, str) or len(key) > 64 or len(value) > 512:
+            raise invalid(
+                "'metadata' values must be strings (keys up to 64, values up to 512 characters).",
+                f"metadata.{key}",
+                "invalid_value",
+            )
+    return dict(raw)
+
+
+def _text(raw: Any) -> dict[str, Any]:
+    if raw is None:
+        return {"format": {"type": "text"}}
+    if not isinstance(raw, dict):
+        raise invalid_type("text", "an object")
+    fmt = raw.get("format", {"type": "text"})
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise invalid(
+            "Invalid 'text.format': expected type 'text', 'json_object' or 'json_schema'.",
+            "text.format",
+            "invalid_value",
+        )
+    out: dict[str, Any] = {"format": fmt}
+    if "verbosity" in raw:
+        if raw["verbosity"] not in ("low", "medium", "high"):
+            raise invalid("Invalid 'text.verbosity'.", "text.verbosity", "invalid_value")
+        out["verbosity"] = raw["verbosity"]
+    return out
+
+
+def _reasoning(raw: Any) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise invalid_type("reasoning", "an object")
+    # The spec's Reasoning object needs both keys; fill what the client left out.
+    return {"effort": raw.get("effort"), "summary": raw.get("summary")}
+
+
+def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> CreateRequest:
+    """Validate a create body. Raises ApiError(400) naming the offending parameter."""
+    if not isinstance(body, dict):
+        raise invalid("The request body must be a JSON object.", None, "invalid_body")
+    model = body.get("model", default_model)
+    if not isinstance(model, str) or not model:
+        raise invalid_type("model", "a model name string")
+    if body.get("background"):
+        raise invalid(
+            "Background responses are not supported by this server.",
+            "background",
+            "unsupported_parameter",
+        )
+    if "conversation" in body and body["conversation"] is not None:
+        raise invalid(
+            "The 'conversation' parameter is not supported; use 'previous_response_id'.",
+            "conversation",
+            "unsupported_parameter",
+        )
+    previous = _opt(body, "previous_response_id", str, "a string")
+    input_items = normalize_input(body.get("input"))
+    if not input_items and previous is None and not websocket:
+        raise invalid("Missing required parameter: 'input'.", "input", "missing_required_parameter")
+    tools = _tools(body.get("tools"))
+    max_output = _opt(body, "max_output_tokens", int, "an integer")
+    if max_output is not None and max_output < 16:
+        raise invalid(
+            f"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got {max_output} instead.",
+            "max_output_tokens",
+            "integer_below_min_value",
+        )
+    max_tool_calls = _opt(body, "max_tool_calls", int, "an integer")
+    truncation = body.get("truncation") or "disabled"
+    if truncation not in ("auto", "disabled"):
+        raise invalid(
+            "Invalid 'truncation': expected 'auto' or 'disabled'.", "truncation", "invalid_value"
+        )
+    stream_id = None
+    if websocket:
+        stream_id = _opt(body, "stream_id", str, "a string")
+        if stream_id is not None and not STREAM_ID_RE.match(stream_id):
+            raise ApiError(
+                400,
+                "Invalid 'stream_id': 1-256 characters from A-Z, a-z, 0-9, '_', '.' and '-'.",
+                code="invalid_stream_id",
+                param="stream_id",
+            )
+    generate = _opt(body, "generate", bool, "a boolean")
+    instructions = _opt(body, "instructions", str, "a string")
+    stream = _opt(body, "stream", bool, "a boolean")
+    store = _opt(body, "store", bool, "a boolean")
+    parallel = _opt(body, "parallel_tool_calls", bool, "a boolean")
+    return CreateRequest(
+        model=model,
+        input_items=input_items,
+        instructions=instructions,
+        previous_response_id=previous,
+        tools=tools,
+        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        parallel_tool_calls=True if parallel is None else parallel,
+        max_output_tokens=max_output,
+        max_tool_calls=max_tool_calls,
+        temperature=_number(body, "temperature", 0.0, 2.0, 1.0),
+        top_p=_number(body, "top_p", 0.0, 1.0, 1.0),
+        top_logprobs=_opt(body, "top_logprobs", int, "an integer") or 0,
+        presence_penalty=_number(body, "presence_penalty", -2.0, 2.0, 0.0),
+        frequency_penalty=_number(body, "frequency_penalty", -2.0, 2.0, 0.0),
+        truncation=truncation,
+        text=_text(body.get("text")),
+        reasoning=_reasoning(body.get("reasoning")),
+        metadata=_metadata(body.get("metadata")),
+        store=True if store is None else store,
+        stream=bool(stream),
+        service_tier=_opt(body, "service_tier", str, "a string") or "default",
+        user=_opt(body, "user", str, "a string"),
+        safety_identifier=_opt(body, "safety_identifier", str, "a string"),
+        prompt_cache_key=_opt(body, "prompt_cache_key", str, "a string"),
+        seed=_opt(body, "seed", int, "an integer"),
+        stream_id=stream_id,
+        generate=True if generate is None else generate,
+    )

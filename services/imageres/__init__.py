@@ -1,0 +1,1 @@
+"""Imageres: resolves input images (decode, size, detail, token cost); legacy proxy hop."""

@@ -1,0 +1,37 @@
+"""``python -m imageres``: the image resolution service (and legacy worker proxy)."""
+
+from __future__ import annotations
+
+import grpc
+from turnpike.config import GrpcServerSettings, ImageresSettings
+from turnpike.grpc_server import run
+from turnpike.imageres.v1 import imageres_pb2, imageres_pb2_grpc
+
+from imageres.proxy import WorkerChannels
+from imageres.resolve import Limits
+from imageres.server import ImageResolverServicer
+
+
+def main() -> None:
+    settings = ImageresSettings()
+    limits = Limits(
+        max_image_bytes=settings.max_image_bytes, max_image_pixels=settings.max_image_pixels
+    )
+    channels = WorkerChannels()
+
+    def register(server: grpc.aio.Server) -> None:
+        imageres_pb2_grpc.add_ImageResolverServicer_to_server(
+            ImageResolverServicer(limits, channels), server
+        )
+
+    run(
+        "imageres",
+        [imageres_pb2.DESCRIPTOR.services_by_name["ImageResolver"].full_name],
+        register,
+        GrpcServerSettings.for_service("TURNPIKE_IMAGERES_PORT", 50055),
+        on_shutdown=channels.close,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Image resolution: decode an input image, measure it, pick its detail and price it in tokens.
+
+Pure and synchronous (Pillow decoding is CPU work; the service runs it in a thread). Problems
+with one image are reported in that image's ``error``, never raised, so one bad image does
+not fail a whole request.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import math
+import re
+import urllib.parse
+from dataclasses import dataclass
+from fractions import Fraction
+
+from PIL import Image, UnidentifiedImageError
+
+# Pillow format name -> MIME type, for the formats the Responses API accepts.
+SUPPORTED_FORMATS = {
+    "PNG": "image/png",
+    "JPEG": "image/jpeg",
+    "GIF": "image/gif",
+    "WEBP": "image/webp",
+}
+
+# OpenAI's published vision pricing for GPT-4o-class models.
+LOW_DETAIL_TOKENS = 85
+BASE_TOKENS = 85
+TILE_TOKENS = 170
+TILE_SIZE = 512
+FIT_BOX = 2048
+SHORT_SIDE = 768
+# "auto" picks low detail when the image would fit in a single tile anyway.
+AUTO_LOW_MAX_SIDE = 512
+
+DETAILS = ("low", "high", "auto")
+
+_WHITESPACE = re.compile(rb"\s+")
+
+
+@dataclass(frozen=True)
+class Resolution:
+    mime_type: str = ""
+    width: int = 0
+    height: int = 0
+    detail: str = ""  # resolved: low | high
+    tokens: int = 0
+    sha256: str = ""  # "sha256:<hex>" of the decoded bytes
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_image_bytes: int = 20 * 1024 * 1024
+    max_image_pixels: int = 8192 * 8192
+
+
+class ImageError(ValueError):
+    """A problem with one image; its message goes into that image's ``error``."""
+
+
+def high_detail_tokens(width: int, height: int) -> int:
+    """Scale to fit in 2048x2048, then the shortest side to 768 (both only ever shrink),
+    count 512px tiles: 85 + 170 per tile. Exact rational arithmetic, so tile counts at
+    boundaries do not depend on float rounding."""
+    if width <= 0 or height <= 0:
+        raise ValueError("image dimensions must be positive")
+    w, h = Fraction(width), Fraction(height)
+    longest = max(w, h)
+    if longest > FIT_BOX:
+        w, h = w * FIT_BOX / longest, h * FIT_BOX / longest
+    shortest = min(w, h)
+    if shortest > SHORT_SIDE:
+        w, h = w * SHORT_SIDE / shortest, h * SHORT_SIDE / shortest
+    tiles = math.ceil(w / TILE_SIZE) * math.ceil(h / TILE_SIZE)
+    return BASE_TOKENS + TILE_TOKENS * tiles
+
+
+def resolve_detail(detail: str, width: int, height: int) -> str:
+    """The detail actually used: "low" or "high". Empty means "auto"."""
+    detail = detail or "auto"
+    if detail not in DETAILS:
+        raise ImageError(f"invalid detail {detail!r}: expected one of low, high, auto")
+    if detail == "auto":
+        return "low" if width <= AUTO_LOW_MAX_SIDE and height <= AUTO_LOW_MAX_SIDE else "high"
+    return detail
+
+
+def image_tokens(width: int, height: int, detail: str) -> int:
+    """Token cost for a resolved detail ("low" or "high")."""
+    if detail == "low":
+        return LOW_DETAIL_TOKENS
+    if detail == "high":
+        return high_detail_tokens(width, height)
+    raise ValueError(f"detail must be resolved to low or high, got {detail!r}")
+
+
+def decode_data_url(url: str, max_bytes: int) -> bytes:
+    """The bytes of a ``data:`` URL (base64 or percent-encoded), bounded by ``max_bytes``."""
+    header, sep, payload = url.partition(",")
+    if not sep:
+        raise ImageError("malformed data URL: missing ','")
+    params = header[len("data:") :].split(";")
+    if params[-1].strip().lower() == "base64":
+        raw = _WHITESPACE.sub(b"", payload.encode("ascii", errors="replace"))
+        # Refuse before decoding: the base64 text already tells the decoded size.
+        if len(raw) // 4 * 3 > max_bytes + 2:
+            raise ImageError(f"image is too large (limit {max_bytes} bytes)")
+        try:
+            data = base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ImageError(f"invalid base64 in data URL: {exc}") from None
+    else:
+        data = urllib.parse.unquote_to_bytes(payload)
+    if len(data) > max_bytes:
+        raise ImageError(f"image is too large ({len(data)} bytes, limit {max_bytes})")
+    if not data:
+        raise ImageError("data URL is empty")
+    return data
+
+
+def inspect_image(data: bytes, max_pixels: int) -> tuple[str, int, int]:
+    """Decode the image fully (the first frame) to prove it is one; return (mime, w, h)."""
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            mime = SUPPORTED_FORMATS.get(img.format or "")
+            if mime is None:
+                raise ImageError(
+                    f"unsupported image format {img.format}: expected png, jpeg, gif or webp"
+                )
+            width, height = img.size
+            if width <= 0 or height <= 0:
+                raise ImageError("image has no pixels")
+            if width * height > max_pixels:
+                raise ImageError(
+                    f"image is too large ({width}x{height} pixels, limit {max_pixels} pixels)"
+                )
+            if img.format == "JPEG":
+                # JPEG can decode at 1/8 scale: the whole stream is still parsed (so
+                # corruption and truncation are caught) at a fraction of the memory.
+                img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
+            img.load()
+    except ImageError:
+        raise
+    except Image.DecompressionBombError:
+        raise ImageError(f"image is too large (limit {max_pixels} pixels)") from None
+    except UnidentifiedImageError:
+        raise ImageError("data is not a recognised image") from None
+    except Exception as exc:
+        # Pillow's decoders report corrupt or truncated data with many exception types
+        # (OSError, SyntaxError, ValueError, struct.error...); all mean "not a valid image".
+        raise ImageError(f"image data is corrupt: {exc}") from None
+    return mime, width, height
+
+
+def resolve_image(url: str, file_id: str, detail: str, limits: Limits) -> Resolution:
+    """Resolve one input image. Never raises for bad input: see ``Resolution.error``."""
+    try:
+        return _resolve(url, file_id, detail, limits)
+    except ImageError as exc:
+        return Resolution(error=str(exc))
+
+
+def _resolve(url: str, file_id: str, detail: str, limits: Limits) -> Resolution:
+    if detail and detail not in DETAILS:
+        raise ImageError(f"invalid detail {detail!r}: expected one of low, high, auto")
+    if not url:
+        if file_id:
+            # There is no file store yet, so every file id is unknown.
+            raise ImageError(f"file '{file_id}' not found")
+        raise ImageError("image has neither url nor file_id")
+    scheme = url.split(":", 1)[0].strip().lower() if ":" in url else ""
+    if scheme in ("http", "https"):
+        # Fetching arbitrary URLs from inside the cluster is a server-side request forgery
+        # risk and an unbounded latency source; clients must inline images.
+        raise ImageError("remote image URLs are not fetched")
+    if scheme != "data":
+        raise ImageError("image url must be a data: URL")
+    data = decode_data_url(url, limits.max_image_bytes)
+    mime, width, height = inspect_image(data, limits.max_image_pixels)
+    used = resolve_detail(detail, width, height)
+    return Resolution(
+        mime_type=mime,
+        width=width,
+        height=height,
+        detail=used,
+        tokens=image_tokens(width, height, used),
+        sha256="sha256:" + hashlib.sha256(data).hexdigest(),
+    )

@@ -1,0 +1,84 @@
+"""gRPC adapter: Resolve, and the legacy ProxyGenerate hop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterable
+from contextlib import aclosing
+
+import grpc
+from turnpike.conversation.v1 import conversation_pb2
+from turnpike.imageres.v1 import imageres_pb2, imageres_pb2_grpc
+from turnpike.inference.v1 import inference_pb2
+
+from imageres.proxy import WorkerChannels, error_event, relay_generate
+from imageres.resolve import Limits, Resolution, resolve_image
+
+log = logging.getLogger(__name__)
+
+
+def resolution_to_pb(res: Resolution) -> imageres_pb2.ResolvedImage:
+    return imageres_pb2.ResolvedImage(
+        mime_type=res.mime_type,
+        width=res.width,
+        height=res.height,
+        detail=res.detail,
+        tokens=res.tokens,
+        sha256=res.sha256,
+        error=res.error,
+    )
+
+
+class ImageResolverServicer(imageres_pb2_grpc.ImageResolverServicer):
+    def __init__(self, limits: Limits, channels: WorkerChannels) -> None:
+        self._limits = limits
+        self._channels = channels
+
+    async def _resolve_all(self, images: Iterable[conversation_pb2.Image]) -> list[Resolution]:
+        # Decoding is CPU work in Pillow (which releases the GIL), so images of one request
+        # are decoded in parallel threads, off the event loop.
+        return list(
+            await asyncio.gather(
+                *(
+                    asyncio.to_thread(
+                        resolve_image, image.url, image.file_id, image.detail, self._limits
+                    )
+                    for image in images
+                )
+            )
+        )
+
+    async def Resolve(
+        self, request: imageres_pb2.ResolveRequest, context: grpc.aio.ServicerContext
+    ) -> imageres_pb2.ResolveResponse:
+        resolved = await self._resolve_all(request.images)
+        return imageres_pb2.ResolveResponse(
+            images=[resolution_to_pb(r) for r in resolved],
+            total_tokens=sum(r.tokens for r in resolved),
+        )
+
+    async def ProxyGenerate(
+        self, request: imageres_pb2.ProxyGenerateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[inference_pb2.GenerateEvent]:
+        if not request.worker_address:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "worker_address is required")
+        if not request.HasField("request"):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request is required")
+        generate = request.request
+        images = [image for item in generate.items for image in item.images]
+        for index, res in enumerate(await self._resolve_all(images)):
+            if res.error:
+                # The worker cannot use an image we could not read: fail the generation the
+                # way the direct path would, without spending a worker slot on it.
+                yield error_event("invalid_image", f"image {index}: {res.error}", False)
+                return
+        stub = self._channels.stub(request.worker_address)
+        events = relay_generate(
+            stub, request.worker_address, generate, time_limit_s=context.time_remaining()
+        )
+        # aclosing: if the caller cancels while we wait on it, the relay (and with it the
+        # upstream call) is closed right away, not whenever the generator is collected.
+        async with aclosing(events):
+            async for event in events:
+                yield event

@@ -1,0 +1,1 @@
+"""Router: the model registry, worker health, and conversation-affine worker choice."""

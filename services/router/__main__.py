@@ -1,0 +1,51 @@
+"""``python -m router``: the model registry and worker router as a gRPC service."""
+
+from __future__ import annotations
+
+import sys
+
+import grpc
+from turnpike import grpc_server
+from turnpike.config import GrpcServerSettings, RouterSettings
+from turnpike.router.v1 import router_pb2_grpc
+
+from router.health import HealthMonitor
+from router.registry import ModelRegistry, RegistryError, load_models
+from router.routing import WorkerRouter, parse_workers
+from router.server import SERVICE_NAME, RouterServicer
+
+
+def main() -> None:
+    settings = RouterSettings()
+    try:
+        registry = ModelRegistry(load_models(settings.models_file))
+        workers = parse_workers(settings.workers)
+    except (RegistryError, ValueError) as exc:
+        # Bad configuration: say what is wrong and exit, no traceback.
+        print(f"router: configuration error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    router = WorkerRouter(
+        workers,
+        affinity_capacity=settings.affinity_capacity,
+        load_window_s=settings.load_window_s,
+    )
+    monitor = HealthMonitor(router, settings.health_interval_s)
+
+    def register(server: grpc.aio.Server) -> None:
+        router_pb2_grpc.add_RouterServicer_to_server(
+            RouterServicer(registry, router, monitor), server
+        )
+        # Called inside the server's event loop, before it starts serving.
+        monitor.start()
+
+    grpc_server.run(
+        "router",
+        [SERVICE_NAME],
+        register,
+        GrpcServerSettings.for_service("TURNPIKE_ROUTER_PORT", 50053),
+        on_shutdown=monitor.close,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Safety: classifies conversation text (an ML classifier plus credential detectors)."""

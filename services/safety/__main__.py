@@ -1,0 +1,40 @@
+"""``python -m safety``: the safety classification service."""
+
+from __future__ import annotations
+
+import grpc
+from turnpike.config import GrpcServerSettings, SafetySettings
+from turnpike.grpc_server import configure_logging, run
+from turnpike.safety.v1 import safety_pb2, safety_pb2_grpc
+
+from safety.classifier import ProfanityClassifier
+from safety.engine import SafetyEngine
+from safety.policy import Thresholds
+from safety.server import SafetyServicer
+from safety.state import ConversationStore
+
+
+def main() -> None:
+    configure_logging()
+    settings = SafetySettings()
+    # The model loads here, before the server starts and reports SERVING.
+    engine = SafetyEngine(
+        ProfanityClassifier(),
+        Thresholds.from_settings(settings),
+        ConversationStore(settings.state_max_conversations),
+    )
+    servicer = SafetyServicer(engine)
+
+    def register(server: grpc.aio.Server) -> None:
+        safety_pb2_grpc.add_SafetyServicer_to_server(servicer, server)
+
+    run(
+        "safety",
+        [safety_pb2.DESCRIPTOR.services_by_name["Safety"].full_name],
+        register,
+        GrpcServerSettings.for_service("TURNPIKE_SAFETY_PORT", 50051),
+    )
+
+
+if __name__ == "__main__":
+    main()

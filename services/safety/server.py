@@ -1,0 +1,68 @@
+"""gRPC adapter over the safety engine. Scoring runs on worker threads; the conversation
+state is only touched on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+from turnpike.safety.v1 import safety_pb2, safety_pb2_grpc
+
+from safety.engine import InvalidRequest, Mode, SafetyEngine
+from safety.policy import Verdict
+
+log = logging.getLogger(__name__)
+
+_MODES = {safety_pb2.FULL: Mode.FULL, safety_pb2.INCREMENTAL: Mode.INCREMENTAL}
+_VERDICTS = {
+    Verdict.ALLOW: safety_pb2.ALLOW,
+    Verdict.FLAG: safety_pb2.FLAG,
+    Verdict.BLOCK: safety_pb2.BLOCK,
+}
+
+
+class SafetyServicer(safety_pb2_grpc.SafetyServicer):
+    def __init__(self, engine: SafetyEngine) -> None:
+        self._engine = engine
+
+    async def Classify(
+        self, request: safety_pb2.ClassifyRequest, context: grpc.aio.ServicerContext
+    ) -> safety_pb2.ClassifyResponse:
+        mode = _MODES.get(request.mode)
+        try:
+            if mode is None:
+                raise InvalidRequest("mode must be FULL or INCREMENTAL")
+            if mode is Mode.INCREMENTAL and not request.conversation_id:
+                raise InvalidRequest("INCREMENTAL mode needs a conversation_id")
+            # Reject bad items before spending a worker thread on the good ones.
+            self._engine.validate(request.items)
+            evidence = (
+                await asyncio.to_thread(self._engine.analyze, request.items)
+                if request.items
+                else []
+            )
+            outcome = self._engine.record(request.tenant, request.conversation_id, mode, evidence)
+        except InvalidRequest as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise  # unreachable: abort raises
+
+        if outcome.assessment.verdict is Verdict.BLOCK:
+            log.info(
+                "blocked: tenant=%s conversation=%s categories=%s",
+                request.tenant,
+                request.conversation_id,
+                sorted(outcome.assessment.category_counts),
+            )
+        return safety_pb2.ClassifyResponse(
+            verdict=_VERDICTS[outcome.state.verdict],
+            findings=[
+                safety_pb2.Finding(
+                    category=f.category, score=f.score, item_id=f.item_id, detail=f.detail
+                )
+                for f in outcome.assessment.findings
+            ],
+            max_score=outcome.state.max_score,
+            items_scored=outcome.items_scored,
+            items_seen=outcome.state.items_seen,
+        )

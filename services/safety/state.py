@@ -1,0 +1,63 @@
+"""Per-conversation safety state, kept for incremental classification, bounded by LRU."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from safety.policy import Assessment, Verdict
+
+# (tenant, conversation_id): a conversation id is only meaningful within its tenant.
+StateKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class ConversationState:
+    """What the items scored so far amount to. Every field folds by max or sum, so the order
+    and grouping of calls does not matter."""
+
+    verdict: Verdict = Verdict.ALLOW
+    max_score: float = 0.0
+    items_seen: int = 0
+    category_counts: dict[str, int] = field(default_factory=dict)
+
+    def fold(self, assessment: Assessment, items: int) -> ConversationState:
+        counts = dict(self.category_counts)
+        for category, n in assessment.category_counts.items():
+            counts[category] = counts.get(category, 0) + n
+        return ConversationState(
+            verdict=max(self.verdict, assessment.verdict),
+            max_score=max(self.max_score, assessment.max_score),
+            items_seen=self.items_seen + items,
+            category_counts=counts,
+        )
+
+
+class ConversationStore:
+    """At most ``max_conversations`` states; the least recently used is forgotten first (a
+    forgotten conversation restarts empty on its next incremental call)."""
+
+    def __init__(self, max_conversations: int) -> None:
+        if max_conversations < 1:
+            raise ValueError("the safety state needs room for at least one conversation")
+        self._max = max_conversations
+        self._states: OrderedDict[StateKey, ConversationState] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def __contains__(self, key: StateKey) -> bool:
+        return key in self._states
+
+    def get(self, key: StateKey) -> ConversationState:
+        state = self._states.get(key)
+        if state is None:
+            return ConversationState()
+        self._states.move_to_end(key)
+        return state
+
+    def put(self, key: StateKey, state: ConversationState) -> None:
+        self._states[key] = state
+        self._states.move_to_end(key)
+        while len(self._states) > self._max:
+            self._states.popitem(last=False)

@@ -1,0 +1,1 @@
+"""Tokenizer: renders conversations into gpt-oss harmony tokens (o200k vocabulary)."""

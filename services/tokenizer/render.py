@@ -1,0 +1,210 @@
+"""Conversation items -> harmony messages -> o200k tokens (gpt-oss format). No gRPC here.
+
+A rendered conversation is the system message, an optional developer message, then one harmony
+message per item, concatenated. Each message is rendered on its own with ``encoding.render``: that
+is exactly what harmony's ``render_conversation`` does for the messages we produce (we never emit
+``analysis`` messages, the only thing it drops), and it is what makes appending sound::
+
+    render(I, T, items[:k]) + render_append(items[k:]) == render(I, T, items)   for every k
+
+Mapping of items (the choices harmony leaves to us are marked *):
+
+- MESSAGE user -> ``user`` message.
+- MESSAGE system / developer (*) -> ``developer`` message with the text. In harmony the system
+  message is the serving stack's model configuration (identity, reasoning effort, channels); what
+  Responses API clients call system or developer instructions are the developer's role.
+- MESSAGE assistant -> ``assistant`` message on channel ``final``.
+- FUNCTION_CALL -> ``assistant`` message on channel ``commentary`` to ``functions.<name>``,
+  content type ``<|constrain|>json``, content = the arguments text as given.
+- FUNCTION_CALL_OUTPUT -> ``tool`` message from ``functions.<name>`` to ``assistant`` on channel
+  ``commentary``. (*) Without a name it comes from ``functions.unknown``: the name is resolved
+  from the item alone, never from an earlier FUNCTION_CALL in the request, because a lookup
+  across items would render the same item differently in a full render and in an append.
+- Images (*) are not rendered: gpt-oss is a text model; image cost is the image service's job.
+
+Text that spells special tokens (``<|end|>``) is encoded as plain text by harmony, so item text
+cannot forge message boundaries.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+
+from openai_harmony import (
+    Author,
+    Conversation,
+    DeveloperContent,
+    HarmonyEncoding,
+    HarmonyError,
+    Message,
+    ReasoningEffort,
+    RenderOptions,
+    Role,
+    SystemContent,
+    ToolDescription,
+)
+from turnpike.conversation.v1.conversation_pb2 import Item, Tool
+from turnpike.vocab import harmony_encoding
+
+# The system message is fixed (harmony's gpt-oss defaults, pinned here so a library upgrade
+# cannot silently change renders) and has no conversation date: renders must be reproducible.
+MODEL_IDENTITY = "You are ChatGPT, a large language model trained by OpenAI."
+KNOWLEDGE_CUTOFF = "2024-06"
+REASONING_EFFORT = ReasoningEffort.MEDIUM
+CHANNELS = ["analysis", "commentary", "final"]
+
+UNKNOWN_FUNCTION = "unknown"
+
+_DEVELOPER_ROLES = {"system", "developer"}
+
+
+class RenderError(ValueError):
+    """The request cannot be rendered (invalid items or tools); the message says why."""
+
+
+def system_content() -> SystemContent:
+    return (
+        SystemContent.new()
+        .with_model_identity(MODEL_IDENTITY)
+        .with_reasoning_effort(REASONING_EFFORT)
+        .with_knowledge_cutoff(KNOWLEDGE_CUTOFF)
+        .with_required_channels(list(CHANNELS))
+    )
+
+
+def _describe(index: int, item: Item) -> str:
+    return f"items[{index}]" + (f" (id {item.id!r})" if item.id else "")
+
+
+def tool_description(index: int, tool: Tool) -> ToolDescription:
+    if not tool.name:
+        raise RenderError(f"tools[{index}]: a function tool needs a name")
+    parameters = None
+    if tool.parameters_json.strip():
+        try:
+            parameters = json.loads(tool.parameters_json)
+        except json.JSONDecodeError as exc:
+            raise RenderError(
+                f"tools[{index}] ({tool.name!r}): parameters_json is not valid JSON: {exc}"
+            ) from None
+        if not isinstance(parameters, dict):
+            raise RenderError(
+                f"tools[{index}] ({tool.name!r}): parameters_json must be a JSON object (a schema)"
+            )
+    return ToolDescription.new(tool.name, tool.description, parameters=parameters)
+
+
+def developer_message(instructions: str, tools: Sequence[Tool]) -> Message | None:
+    """The developer message, or None when there are neither instructions nor tools."""
+    if not instructions and not tools:
+        return None
+    developer = DeveloperContent.new()
+    if instructions:
+        developer = developer.with_instructions(instructions)
+    if tools:
+        developer = developer.with_function_tools(
+            [tool_description(i, tool) for i, tool in enumerate(tools)]
+        )
+    return Message.from_role_and_content(Role.DEVELOPER, developer)
+
+
+def header_messages(instructions: str, tools: Sequence[Tool]) -> list[Message]:
+    """The system message, then the developer message if there is one."""
+    developer = developer_message(instructions, tools)
+    system = Message.from_role_and_content(Role.SYSTEM, system_content())
+    return [system] if developer is None else [system, developer]
+
+
+def item_message(index: int, item: Item) -> Message:
+    """The harmony message for one item; depends on that item only (see module docstring)."""
+    if item.kind == Item.MESSAGE:
+        if item.role == "user":
+            return Message.from_role_and_content(Role.USER, item.text)
+        if item.role == "assistant":
+            return Message.from_role_and_content(Role.ASSISTANT, item.text).with_channel("final")
+        if item.role in _DEVELOPER_ROLES:
+            return Message.from_role_and_content(Role.DEVELOPER, item.text)
+        raise RenderError(
+            f"{_describe(index, item)}: unknown message role {item.role!r} "
+            "(expected user, assistant, system or developer)"
+        )
+    if item.kind == Item.FUNCTION_CALL:
+        if not item.name:
+            raise RenderError(f"{_describe(index, item)}: a function_call needs a name")
+        return (
+            Message.from_role_and_content(Role.ASSISTANT, item.arguments)
+            .with_channel("commentary")
+            .with_recipient(f"functions.{item.name}")
+            .with_content_type("<|constrain|>json")
+        )
+    if item.kind == Item.FUNCTION_CALL_OUTPUT:
+        author = Author.new(Role.TOOL, f"functions.{item.name or UNKNOWN_FUNCTION}")
+        return (
+            Message.from_author_and_content(author, item.text)
+            .with_recipient("assistant")
+            .with_channel("commentary")
+        )
+    raise RenderError(f"{_describe(index, item)}: unknown item kind {item.kind}")
+
+
+def item_messages(items: Sequence[Item]) -> list[Message]:
+    return [item_message(i, item) for i, item in enumerate(items)]
+
+
+def text_size(instructions: str, tools: Sequence[Tool], items: Sequence[Item]) -> int:
+    """Characters a render has to encode, to decide whether it is worth a worker thread."""
+    size = len(instructions)
+    size += sum(len(t.name) + len(t.description) + len(t.parameters_json) for t in tools)
+    size += sum(len(it.text) + len(it.arguments) for it in items)
+    return size
+
+
+class Renderer:
+    """Renders requests with one harmony encoding. Thread-safe (it only reads the encoding)."""
+
+    def __init__(self, encoding: HarmonyEncoding | None = None) -> None:
+        self.encoding = encoding or harmony_encoding()
+        empty = Conversation.from_messages([])
+        self.completion_prompt: list[int] = self.encoding.render_conversation_for_completion(
+            empty, Role.ASSISTANT
+        )
+        self._system_tokens = functools.cache(self._render_system)
+        # Render both system variants now, so the first request pays nothing extra.
+        self._system_tokens(False)
+        self._system_tokens(True)
+
+    def _render_system(self, has_function_tools: bool) -> tuple[int, ...]:
+        message = Message.from_role_and_content(Role.SYSTEM, system_content())
+        options = RenderOptions(conversation_has_function_tools=has_function_tools)
+        return tuple(self.encoding.render(message, options))
+
+    def _render_message(self, message: Message, where: str) -> list[int]:
+        try:
+            return self.encoding.render(message)
+        except HarmonyError as exc:
+            raise RenderError(f"{where}: cannot be rendered: {exc}") from None
+
+    def render(self, instructions: str, tools: Sequence[Tool], items: Sequence[Item]) -> list[int]:
+        """The conversation body: system, developer (if any), every item. No completion prompt."""
+        # Harmony states in the system message that function calls go to the commentary
+        # channel when the developer message declares function tools.
+        developer = developer_message(instructions, tools)
+        body = self.render_append(items)
+        tokens = list(self._system_tokens(bool(tools)))
+        if developer is not None:
+            tokens += self._render_message(developer, "instructions and tools")
+        return tokens + body
+
+    def render_append(self, items: Sequence[Item]) -> list[int]:
+        """Only ``items``, as they continue a conversation already rendered."""
+        messages = item_messages(items)  # all items are checked before any is rendered
+        tokens: list[int] = []
+        for i, (item, message) in enumerate(zip(items, messages, strict=True)):
+            tokens += self._render_message(message, _describe(i, item))
+        return tokens
+
+    def count_text(self, text: str) -> int:
+        # Text that spells a special token counts as the plain text it is.
+        return len(self.encoding.encode(text, disallowed_special=()))

@@ -1,0 +1,60 @@
+"""gRPC adapter over the renderer: request protos in, token lists out."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
+import grpc
+from turnpike.tokenizer.v1 import tokenizer_pb2, tokenizer_pb2_grpc
+
+from tokenizer.render import Renderer, RenderError, text_size
+
+T = TypeVar("T")
+
+# Below this many characters a render takes well under a millisecond, less than the hop to a
+# worker thread costs; above it, rendering moves off the event loop.
+INLINE_MAX_CHARS = 8 * 1024
+
+
+class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
+    def __init__(self, renderer: Renderer) -> None:
+        self._renderer = renderer
+
+    async def _run(
+        self, size: int, context: grpc.aio.ServicerContext, fn: Callable[..., T], *args: object
+    ) -> T:
+        try:
+            if size <= INLINE_MAX_CHARS:
+                return fn(*args)
+            return await asyncio.to_thread(fn, *args)
+        except RenderError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise  # unreachable: abort raises
+
+    async def Render(
+        self, request: tokenizer_pb2.RenderRequest, context: grpc.aio.ServicerContext
+    ) -> tokenizer_pb2.RenderResponse:
+        size = text_size(request.instructions, request.tools, request.items)
+        tokens = await self._run(
+            size, context, self._renderer.render, request.instructions, request.tools, request.items
+        )
+        return tokenizer_pb2.RenderResponse(
+            tokens=tokens, completion_prompt=self._renderer.completion_prompt
+        )
+
+    async def RenderAppend(
+        self, request: tokenizer_pb2.RenderAppendRequest, context: grpc.aio.ServicerContext
+    ) -> tokenizer_pb2.RenderResponse:
+        size = text_size("", (), request.items)
+        tokens = await self._run(size, context, self._renderer.render_append, request.items)
+        return tokenizer_pb2.RenderResponse(
+            tokens=tokens, completion_prompt=self._renderer.completion_prompt
+        )
+
+    async def CountText(
+        self, request: tokenizer_pb2.CountTextRequest, context: grpc.aio.ServicerContext
+    ) -> tokenizer_pb2.CountTextResponse:
+        count = await self._run(len(request.text), context, self._renderer.count_text, request.text)
+        return tokenizer_pb2.CountTextResponse(tokens=count)

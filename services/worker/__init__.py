@@ -1,0 +1,1 @@
+"""Worker: inference backends (the CPU simulator) behind the Inference gRPC service."""

@@ -1,0 +1,199 @@
+"""What the simulator says (pure): deterministic given the request and its seed.
+
+It reads the structured conversation, like a model would:
+
+1. ``tool_choice`` is ``"required"`` or names a function: a function call, always
+   (as the real API forces a call; clients reset ``tool_choice`` to end a loop).
+2. The last item is a function call output: one message that uses the output(s).
+3. Tools are given and ``tool_choice`` is not ``"none"``: a call to the tool whose
+   name and description share the most words with the user's last message (ties
+   broken by the seed), with arguments valid for its JSON Schema.
+4. Otherwise: a short message (about 20 to 60 tokens) of seeded pseudo-text that
+   mentions the words of the user's question.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from turnpike.conversation.v1 import conversation_pb2
+
+from worker.arguments import content_words, generate_arguments, name_words, stable_rng
+
+Item = conversation_pb2.Item
+OUTPUT_SNIPPET_CHARS = 200
+MIN_TEXT_TOKENS, MAX_TEXT_TOKENS = 20, 60
+
+
+class AnswerError(ValueError):
+    """The request cannot be answered as given (a client error)."""
+
+
+@dataclass(frozen=True)
+class MessageAnswer:
+    text: str
+
+
+@dataclass(frozen=True)
+class FunctionCallAnswer:
+    name: str
+    arguments: str  # JSON text
+
+
+Answer = MessageAnswer | FunctionCallAnswer
+
+
+def plan_answer(
+    items: Sequence[conversation_pb2.Item],
+    tools: Sequence[conversation_pb2.Tool],
+    tool_choice: str,
+    seed: int,
+    count_tokens: Callable[[str], int],
+    instructions: str = "",
+) -> Answer:
+    choice = tool_choice or "auto"
+    if choice not in ("auto", "none", "required") and not any(t.name == choice for t in tools):
+        raise AnswerError(f"tool_choice names '{choice}', which is not among the tools")
+    if choice == "required" and not tools:
+        raise AnswerError("tool_choice is 'required' but no tools are given")
+    user_text = last_user_text(items) or instructions
+    forced = choice != "auto" and choice != "none"
+    if items and items[-1].kind == Item.FUNCTION_CALL_OUTPUT and not forced:
+        return MessageAnswer(tool_result_text(items, seed))
+    if tools and choice != "none":
+        tool = choose_tool(tools, choice, user_text, seed)
+        return FunctionCallAnswer(tool.name, tool_arguments(tool, user_text, seed))
+    return MessageAnswer(pseudo_text(user_text, seed, count_tokens))
+
+
+def last_user_text(items: Sequence[conversation_pb2.Item]) -> str:
+    for item in reversed(items):
+        if item.kind == Item.MESSAGE and item.role == "user":
+            return item.text
+    return ""
+
+
+def collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+# -- after a tool ran ------------------------------------------------------------------
+
+_CLOSERS = (
+    "Based on that result, the request is handled.",
+    "That answers the question; let me know if you need more detail.",
+    "I used that output to complete the task.",
+    "Everything needed is in that result, so I will stop here.",
+    "If you want, I can run another tool to check further.",
+    "That looks consistent with what you asked for.",
+)
+
+
+def tool_result_text(items: Sequence[conversation_pb2.Item], seed: int) -> str:
+    """One line per trailing tool output, then a closing sentence."""
+    outputs: list[conversation_pb2.Item] = []
+    for item in reversed(items):
+        if item.kind != Item.FUNCTION_CALL_OUTPUT:
+            break
+        outputs.insert(0, item)
+    lines = []
+    for output in outputs:
+        text = collapse(output.text)
+        snippet = text[:OUTPUT_SNIPPET_CHARS] + ("..." if len(text) > OUTPUT_SNIPPET_CHARS else "")
+        lines.append(f"The tool returned: {snippet}" if snippet else "The tool returned nothing.")
+    rng = stable_rng(seed, "after-tool", *(o.text for o in outputs))
+    closers = rng.sample(_CLOSERS, k=1 + rng.randrange(2))
+    return "\n".join(lines) + "\n" + " ".join(closers)
+
+
+# -- calling a tool --------------------------------------------------------------------
+
+
+def choose_tool(
+    tools: Sequence[conversation_pb2.Tool], choice: str, user_text: str, seed: int
+) -> conversation_pb2.Tool:
+    named = [t for t in tools if t.name == choice]
+    if named:
+        return named[0]
+    asked = {w.lower() for w in content_words(user_text)}
+    asked |= {w[:-1] for w in asked if w.endswith("s")}  # "files" matches "file"
+
+    def score(tool: conversation_pb2.Tool) -> int:
+        words = set(name_words(tool.name)) | {w.lower() for w in content_words(tool.description)}
+        words |= {w[:-1] for w in words if w.endswith("s")}
+        return len(words & asked)
+
+    scores = [score(t) for t in tools]
+    best = [t for t, s in zip(tools, scores, strict=True) if s == max(scores)]
+    return best[stable_rng(seed, "tool", user_text).randrange(len(best))]
+
+
+def tool_arguments(tool: conversation_pb2.Tool, user_text: str, seed: int) -> str:
+    schema = parse_schema(tool)
+    rng = stable_rng(seed, "arguments", tool.name, user_text)
+    value = generate_arguments(schema, user_text, rng)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def parse_schema(tool: conversation_pb2.Tool) -> Any:
+    if not tool.parameters_json.strip():
+        return {"type": "object", "properties": {}}
+    try:
+        schema = json.loads(tool.parameters_json)
+    except json.JSONDecodeError as exc:
+        raise AnswerError(f"tool '{tool.name}' has invalid parameters JSON: {exc}") from exc
+    if not isinstance(schema, (dict, bool)):
+        raise AnswerError(f"tool '{tool.name}' parameters must be a JSON Schema object")
+    return schema
+
+
+# -- plain text ------------------------------------------------------------------------
+
+_OPENERS = (
+    "You asked about {topic}.",
+    "Here is a short answer about {topic}.",
+    "Good question about {topic}.",
+    "Let me address {topic}.",
+)
+_GENERIC_OPENERS = (
+    "Hello! This is the Turnpike simulator.",
+    "Here is a short answer.",
+    "Thanks for the message.",
+)
+_SENTENCES = (
+    "In short, {w} depends mostly on the context you provide.",
+    "The key point about {w} is that it is simpler than it first looks.",
+    "Most people start with {w} and refine the details later.",
+    "A careful look at {w} usually answers the question.",
+    "There are a few ways to think about {w}, and each one has trade-offs.",
+    "If you share more about {w}, I can give a more precise answer.",
+    "This reply is simulated, so treat the details as placeholders.",
+    "The simulator keeps answers short and deterministic.",
+    "Every token here is paced at the configured model speed.",
+    "That is the gist of it.",
+)
+
+
+def pseudo_text(user_text: str, seed: int, count_tokens: Callable[[str], int]) -> str:
+    words = content_words(user_text)
+    rng = stable_rng(seed, "text", user_text)
+    target = rng.randint(MIN_TEXT_TOKENS, MAX_TEXT_TOKENS)
+    if words:
+        topic = " and ".join(words[:2]) if len(words) > 1 else words[0]
+        text = rng.choice(_OPENERS).format(topic=topic)
+    else:
+        text = rng.choice(_GENERIC_OPENERS)
+    used = {text}
+    while (length := count_tokens(text)) < target:
+        sentence = rng.choice(_SENTENCES).format(w=rng.choice(words) if words else "this")
+        if sentence in used and len(used) < len(_SENTENCES):
+            continue
+        candidate = text + " " + sentence
+        if length >= MIN_TEXT_TOKENS and count_tokens(candidate) > MAX_TEXT_TOKENS:
+            break
+        used.add(sentence)
+        text = candidate
+    return text

@@ -1,0 +1,46 @@
+"""gRPC adapter of the worker: one Generate stream per request, from its backend."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import grpc
+from turnpike.inference.v1 import inference_pb2, inference_pb2_grpc
+
+from worker.backends import Backends, InvalidRequestError
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = inference_pb2.DESCRIPTOR.services_by_name["Inference"].full_name
+
+
+class InferenceServicer(inference_pb2_grpc.InferenceServicer):
+    def __init__(self, backends: Backends) -> None:
+        self._backends = backends
+
+    async def Generate(self, request, context):
+        if not request.model:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "model is required")
+        backend = self._backends.for_model(request.model)
+        sent = False
+        # A dropped caller cancels this task: the backend stops at its next await.
+        async with contextlib.aclosing(backend.generate(request)) as events:
+            try:
+                async for event in events:
+                    sent = True
+                    yield event
+            except InvalidRequestError as exc:
+                if not sent:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                yield _error("invalid_request", str(exc), retryable=False)
+            except Exception:
+                # The stream must still end with exactly one terminal event.
+                log.exception("generation %s failed", request.request_id)
+                yield _error("model_error", "The backend failed unexpectedly.", retryable=True)
+
+
+def _error(code: str, message: str, *, retryable: bool) -> inference_pb2.GenerateEvent:
+    return inference_pb2.GenerateEvent(
+        error=inference_pb2.Error(code=code, message=message, retryable=retryable)
+    )

@@ -1,0 +1,188 @@
+"""The CPU simulator backend: real answers to the conversation, simulated model time.
+
+Model time is the only simulated time in the stack:
+
+- time to first token = ``ttft_ms`` + the prompt tokens NOT in this worker's prefix
+  cache at ``prefill_tokens_per_second``;
+- decode at ``tokens_per_second``, paced against absolute due times (``pacing``).
+
+Everything else (deciding the answer, tokenizing it, the cache lookup) is real work,
+reported as ``queue_ms``. The output is tokenized with the model's encoding, so the
+token counts in deltas and usage are the ones a real gpt-oss would bill.
+
+``max_output_tokens`` cuts the output (finish reason ``"length"``); a function call
+cut short still ends its item, with the argument text as far as it got (not valid
+JSON), as a real model's would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+
+from turnpike import ids
+from turnpike.inference.v1 import inference_pb2 as pb
+from turnpike.vocab import harmony_encoding
+
+from worker.answers import AnswerError, FunctionCallAnswer, plan_answer
+from worker.backends import InvalidRequestError
+from worker.pacing import Chunk, paced, token_chunks
+from worker.prefix_cache import PrefixCache
+
+
+class SimulatorBackend:
+    def __init__(
+        self,
+        worker_id: str,
+        cache: PrefixCache,
+        *,
+        error_rate: float = 0.0,
+        stall_after_tokens: int = 0,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        encoding=None,
+    ) -> None:
+        if not 0.0 <= error_rate <= 1.0:
+            raise ValueError("error_rate must be within 0..1")
+        if stall_after_tokens < 0:
+            raise ValueError("stall_after_tokens must be >= 0")
+        self.worker_id = worker_id
+        self.cache = cache
+        self.error_rate = error_rate
+        self.stall_after_tokens = stall_after_tokens
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self._encoding = encoding or harmony_encoding()
+        self.active = 0  # generations in progress (cancellation must bring it back down)
+
+    def encode(self, text: str) -> list[int]:
+        # Text that looks like a special token ("<|end|>" echoed from a tool output)
+        # is plain text here. disallowed_special=() also skips harmony's per-call
+        # scan for special tokens, which costs milliseconds even on short text.
+        return self._encoding.encode(text, allowed_special=set(), disallowed_special=())
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.encode(text))
+
+    async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateEvent]:
+        received = self._clock()
+        self.active += 1
+        try:
+            async with contextlib.aclosing(self._generate(request, received)) as events:
+                async for event in events:
+                    yield event
+        finally:
+            self.active -= 1
+
+    async def _generate(
+        self, request: pb.GenerateRequest, received: float
+    ) -> AsyncIterator[pb.GenerateEvent]:
+        _validate(request)
+        try:
+            answer = plan_answer(
+                request.items,
+                request.tools,
+                request.tool_choice,
+                request.sampling.seed,
+                self.count_tokens,
+                request.instructions,
+            )
+        except AnswerError as exc:
+            raise InvalidRequestError(str(exc)) from exc
+
+        is_call = isinstance(answer, FunctionCallAnswer)
+        text = answer.arguments if is_call else answer.text
+        tokens = self.encode(text)
+        finish_reason = "tool_calls" if is_call else "stop"
+        limit = request.sampling.max_output_tokens
+        if limit and len(tokens) > limit:
+            tokens, finish_reason = tokens[:limit], "length"
+        chunks = token_chunks(tokens, self._encoding.decode)
+
+        prompt = request.prompt_tokens
+        cached = self.cache.lookup_and_insert(prompt, namespace=request.model)
+        prefill_s = request.ttft_ms / 1000 + (len(prompt) - cached) / (
+            request.prefill_tokens_per_second
+        )
+        prepared = self._clock()
+
+        if self.error_rate and self._rng.random() < self.error_rate:
+            yield pb.GenerateEvent(
+                error=pb.Error(
+                    code="model_error",
+                    message="The model failed to generate a response (simulated fault).",
+                    retryable=True,
+                )
+            )
+            return
+
+        first_due = prepared + prefill_s
+        await asyncio.sleep(max(0.0, first_due - self._clock()))
+        if is_call:
+            started = pb.ItemStarted(
+                kind=pb.ItemStarted.FUNCTION_CALL, call_id=ids.new_id("call"), name=answer.name
+            )
+        else:
+            started = pb.ItemStarted(kind=pb.ItemStarted.MESSAGE)
+        yield pb.GenerateEvent(item_started=started)
+
+        stall = self.stall_after_tokens
+        if stall and stall < len(tokens):
+            chunks = _first_tokens(chunks, stall)
+        first_delta = last_delta = None
+        async for chunk in paced(chunks, request.tokens_per_second, first_due, clock=self._clock):
+            last_delta = self._clock()
+            if first_delta is None:
+                first_delta = last_delta
+            yield pb.GenerateEvent(delta=pb.Delta(text=chunk.text, tokens=chunk.tokens))
+        if stall and stall < len(tokens):
+            # Fault knob: a backend that stops mid-stream; only the caller can end it.
+            await asyncio.get_running_loop().create_future()
+
+        yield pb.GenerateEvent(item_done=pb.ItemDone())
+        done = self._clock()
+        first_delta = done if first_delta is None else first_delta
+        last_delta = done if last_delta is None else last_delta
+        yield pb.GenerateEvent(
+            finished=pb.Finished(
+                finish_reason=finish_reason,
+                usage=pb.Usage(
+                    input_tokens=len(prompt), cached_tokens=cached, output_tokens=len(tokens)
+                ),
+                timings=pb.Timings(
+                    queue_ms=(prepared - received) * 1000,
+                    prefill_ms=(first_delta - prepared) * 1000,
+                    decode_ms=(last_delta - first_delta) * 1000,
+                    ttft_ms=(first_delta - received) * 1000,
+                    total_ms=(done - received) * 1000,
+                ),
+                worker_id=self.worker_id,
+            )
+        )
+
+
+def _validate(request: pb.GenerateRequest) -> None:
+    if not request.model:
+        raise InvalidRequestError("model is required")
+    if request.tokens_per_second <= 0:
+        raise InvalidRequestError("tokens_per_second must be > 0")
+    if request.prefill_tokens_per_second <= 0:
+        raise InvalidRequestError("prefill_tokens_per_second must be > 0")
+    if request.ttft_ms < 0:
+        raise InvalidRequestError("ttft_ms must be >= 0")
+    if request.sampling.max_output_tokens < 0:
+        raise InvalidRequestError("sampling.max_output_tokens must be >= 0")
+
+
+def _first_tokens(chunks: list[Chunk], count: int) -> list[Chunk]:
+    kept: list[Chunk] = []
+    total = 0
+    for chunk in chunks:
+        if total >= count:
+            break
+        kept.append(chunk)
+        total += chunk.tokens
+    return kept

@@ -1,0 +1,73 @@
+"""Shared fixtures.
+
+``stack`` (session scope) is the whole Turnpike stack as local processes, started the
+first time a test asks for it, on free ports (never ``make run``'s defaults) with a
+temporary state folder. It yields ``devstack.StackEndpoints``: ``base_url``, ``ws_url``,
+``api_key`` (sk-turnpike-dev), ``api_keys`` ({"dev", "alice", "bob"} -> key), every
+service's address, ``log_dir``, ``max_body_bytes`` / ``max_frame_bytes`` (1 MiB). Tests that use it are marked ``stack`` automatically,
+so ``pytest -m "not stack"`` runs everything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from devstack import LocalStack, StackConfig, StackEndpoints, StackError
+
+STACK_ENV = {
+    # Three tenants, to check that one cannot see another's responses.
+    "TURNPIKE_API_KEYS": "sk-turnpike-dev:dev,sk-test-alice:alice,sk-test-bob:bob",
+    # Small limits so size tests need only 1 MiB payloads.
+    "TURNPIKE_MAX_BODY_BYTES": "1048576",
+    "TURNPIKE_MAX_FRAME_BYTES": "1048576",
+}
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """The running ``LocalStack`` itself (its logs, its processes)."""
+    config = StackConfig.on_free_ports(
+        state_dir=tmp_path_factory.mktemp("stack"),
+        extra_env=STACK_ENV,
+        inherit_turnpike_env=False,
+    )
+    local = LocalStack(config)
+    try:
+        local.start()
+    except StackError as exc:
+        # Cached by pytest: every test needing the stack reports this, none retries.
+        pytest.fail(f"the local stack did not start: {exc}", pytrace=False)
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def stack(local_stack: LocalStack) -> StackEndpoints:
+    return local_stack.endpoints
+
+
+@pytest.fixture(autouse=True)
+def _stack_still_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A service that died makes every later stack test fail confusingly; name it, with
+    its log, at the test during which it died (or the next one)."""
+    if "stack" not in request.fixturenames:
+        yield
+        return
+    local: LocalStack = request.getfixturevalue("local_stack")
+    _fail_if_exited(local, "before this test")
+    yield
+    _fail_if_exited(local, "during this test")
+
+
+def _fail_if_exited(local: LocalStack, when: str) -> None:
+    if gone := local.exited():
+        pytest.fail("\n\n".join(proc.describe(when) for proc in gone), pytrace=False)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "stack" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.stack)

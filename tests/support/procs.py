@@ -1,0 +1,26 @@
+"""Start a service as a real process (``python -m <module>``) for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_service(module: str, env: dict[str, str]) -> subprocess.Popen:
+    """Run ``python -m module`` from the repository root with ``env`` added to ours."""
+    return subprocess.Popen(
+        [sys.executable, "-m", module],
+        cwd=REPO_ROOT,
+        env={**os.environ, **env},
+    )

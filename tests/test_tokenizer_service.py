@@ -1,0 +1,155 @@
+"""The tokenizer as a real process over gRPC: render, append, count, errors, clean stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+
+import grpc
+import pytest
+from support.procs import free_port, start_service
+from turnpike.conversation.v1.conversation_pb2 import Item, Tool
+from turnpike.grpc_client import insecure_channel, wait_healthy
+from turnpike.tokenizer.v1 import tokenizer_pb2, tokenizer_pb2_grpc
+from turnpike.vocab import harmony_encoding
+
+SERVICE = "turnpike.tokenizer.v1.Tokenizer"
+
+TOOLS = [
+    Tool(
+        name="get_weather",
+        description="Current weather for a city.",
+        parameters_json=json.dumps(
+            {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+        ),
+    )
+]
+
+ITEMS = [
+    Item(kind=Item.MESSAGE, role="user", text="Weather in Paris and Oslo?"),
+    Item(kind=Item.FUNCTION_CALL, call_id="c1", name="get_weather", arguments='{"city":"Paris"}'),
+    Item(kind=Item.FUNCTION_CALL_OUTPUT, call_id="c1", name="get_weather", text='{"c": 21}'),
+    Item(kind=Item.FUNCTION_CALL, call_id="c2", name="get_weather", arguments='{"city":"Oslo"}'),
+    # A large output, so this render runs on a worker thread.
+    Item(kind=Item.FUNCTION_CALL_OUTPUT, call_id="c2", name="get_weather", text="snow " * 5000),
+    Item(kind=Item.MESSAGE, role="assistant", text="Paris 21C, Oslo snowing."),
+]
+
+
+class Tokenizer:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    async def start(self) -> None:
+        self.proc = start_service("tokenizer", {"TURNPIKE_TOKENIZER_PORT": str(self.port)})
+        if not await wait_healthy(self.address, timeout=30.0, service=SERVICE):
+            self.kill()
+            pytest.fail("tokenizer did not become healthy")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def tokenizer() -> Iterator[Tokenizer]:
+    svc = Tokenizer()
+    yield svc
+    svc.kill()
+
+
+@pytest.fixture
+async def stub(tokenizer: Tokenizer) -> AsyncIterator[tokenizer_pb2_grpc.TokenizerStub]:
+    await tokenizer.start()
+    async with insecure_channel(tokenizer.address) as channel:
+        yield tokenizer_pb2_grpc.TokenizerStub(channel)
+
+
+async def test_render_append_and_count(stub: tokenizer_pb2_grpc.TokenizerStub) -> None:
+    enc = harmony_encoding()
+    full = await stub.Render(
+        tokenizer_pb2.RenderRequest(instructions="Be brief.", tools=TOOLS, items=ITEMS)
+    )
+    assert enc.decode_utf8(full.completion_prompt) == "<|start|>assistant"
+    text = enc.decode_utf8(full.tokens)
+    assert text.startswith("<|start|>system<|message|>")
+    assert "<|start|>assistant to=functions.get_weather<|channel|>commentary" in text
+    assert text.endswith(
+        "<|start|>assistant<|channel|>final<|message|>Paris 21C, Oslo snowing.<|end|>"
+    )
+
+    # Every split point, all at once: the servicer handles calls concurrently.
+    heads = [
+        stub.Render(
+            tokenizer_pb2.RenderRequest(instructions="Be brief.", tools=TOOLS, items=ITEMS[:k])
+        )
+        for k in range(len(ITEMS) + 1)
+    ]
+    tails = [
+        stub.RenderAppend(tokenizer_pb2.RenderAppendRequest(items=ITEMS[k:]))
+        for k in range(len(ITEMS) + 1)
+    ]
+    results = await asyncio.gather(*heads, *tails)
+    for k in range(len(ITEMS) + 1):
+        head, tail = results[k], results[len(ITEMS) + 1 + k]
+        assert list(head.tokens) + list(tail.tokens) == list(full.tokens), f"split at {k}"
+        assert tail.completion_prompt == full.completion_prompt
+
+    empty = await stub.RenderAppend(tokenizer_pb2.RenderAppendRequest())
+    assert list(empty.tokens) == []
+
+    count = await stub.CountText(tokenizer_pb2.CountTextRequest(text="hello world"))
+    assert count.tokens == 2
+    big = await stub.CountText(tokenizer_pb2.CountTextRequest(text="snow " * 5000))
+    assert big.tokens == len(enc.encode("snow " * 5000))
+
+
+INVALID = [
+    (
+        tokenizer_pb2.RenderRequest(items=[Item(kind=Item.KIND_UNSPECIFIED, id="m1")]),
+        "items[0] (id 'm1'): unknown item kind",
+    ),
+    (
+        # Large enough to be rendered on a worker thread: errors come back from there too.
+        tokenizer_pb2.RenderAppendRequest(
+            items=[
+                Item(kind=Item.MESSAGE, role="user", text="x" * 20000),
+                Item(kind=Item.FUNCTION_CALL, arguments="{}"),
+            ]
+        ),
+        "items[1]: a function_call needs a name",
+    ),
+    (tokenizer_pb2.RenderRequest(tools=[Tool(name="f", parameters_json="nope")]), "not valid JSON"),
+]
+
+
+async def test_invalid_input_is_invalid_argument(stub: tokenizer_pb2_grpc.TokenizerStub) -> None:
+    for request, fragment in INVALID:
+        method = (
+            stub.Render if isinstance(request, tokenizer_pb2.RenderRequest) else stub.RenderAppend
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as excinfo:
+            await method(request)
+        assert excinfo.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert fragment in (excinfo.value.details() or "")
+    # The service is still fine afterwards.
+    ok = await stub.CountText(tokenizer_pb2.CountTextRequest(text="still here"))
+    assert ok.tokens > 0
+
+
+async def test_sigterm_exits_cleanly(tokenizer: Tokenizer) -> None:
+    await tokenizer.start()
+    async with insecure_channel(tokenizer.address) as channel:
+        stub = tokenizer_pb2_grpc.TokenizerStub(channel)
+        reply = await stub.CountText(tokenizer_pb2.CountTextRequest(text="bye"))
+        assert reply.tokens == 1
+    assert tokenizer.proc is not None
+    tokenizer.proc.send_signal(signal.SIGTERM)
+    code = await asyncio.to_thread(tokenizer.proc.wait, 10)
+    assert code == 0

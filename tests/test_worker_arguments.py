@@ -1,0 +1,280 @@
+from __future__ import annotations
+
+import random
+
+import jsonschema
+import pytest
+from worker.arguments import content_words, generate_arguments, name_words, string_for_pattern
+
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "description": "City name"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+    },
+    "required": ["city", "unit", "days"],
+    "additionalProperties": False,
+}
+
+SCHEMAS: dict[str, dict] = {
+    "weather": WEATHER,
+    "empty": {"type": "object", "properties": {}},
+    "no_type": {"properties": {"q": {"type": "string"}}, "required": ["q"]},
+    "strict_nested": {
+        "type": "object",
+        "properties": {
+            "filter": {
+                "type": "object",
+                "properties": {
+                    "field": {"type": "string"},
+                    "op": {"type": "string", "enum": ["eq", "lt", "gt"]},
+                    "value": {"type": ["number", "null"]},
+                },
+                "required": ["field", "op", "value"],
+                "additionalProperties": False,
+            },
+            "limit": {"type": ["integer", "null"]},
+        },
+        "required": ["filter", "limit"],
+        "additionalProperties": False,
+    },
+    "arrays": {
+        "type": "object",
+        "properties": {
+            "tags": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 2},
+                "minItems": 3,
+                "maxItems": 5,
+                "uniqueItems": True,
+            },
+            "matrix": {
+                "type": "array",
+                "items": {"type": "array", "items": {"type": "integer"}, "minItems": 2},
+            },
+            "none_allowed": {"type": "array", "maxItems": 0},
+            "pair": {
+                "type": "array",
+                "prefixItems": [{"type": "string"}, {"type": "boolean"}],
+                "items": False,
+            },
+            "flags": {
+                "type": "array",
+                "items": {"type": "boolean"},
+                "minItems": 2,
+                "uniqueItems": True,
+            },
+        },
+        "required": ["tags", "matrix", "none_allowed", "pair", "flags"],
+    },
+    "numbers": {
+        "type": "object",
+        "properties": {
+            "ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "step": {"type": "number", "multipleOf": 0.25, "minimum": 10},
+            "even": {"type": "integer", "multipleOf": 2, "minimum": 3, "maximum": 9},
+            "negative": {"type": "integer", "maximum": -5},
+            "big": {"type": "integer", "exclusiveMinimum": 1000},
+            "tenth": {"type": "number", "multipleOf": 0.1, "minimum": 0.25, "maximum": 0.5},
+        },
+        "required": ["ratio", "step", "even", "negative", "big", "tenth"],
+        "additionalProperties": False,
+    },
+    "combinators": {
+        "type": "object",
+        "properties": {
+            "id": {"oneOf": [{"type": "integer"}, {"type": "string"}]},
+            "maybe": {"anyOf": [{"type": "null"}, {"type": "string", "maxLength": 4}]},
+            "num": {"oneOf": [{"type": "number"}, {"type": "integer"}]},
+            "both": {
+                "allOf": [
+                    {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+                    {"properties": {"b": {"type": "integer", "minimum": 5}}, "required": ["b"]},
+                ]
+            },
+            "mode": {"const": "fast"},
+            "nothing": {"type": "null"},
+            "flag": {"type": "boolean", "default": False},
+        },
+        "required": ["id", "maybe", "num", "both", "mode", "nothing", "flag"],
+    },
+    "refs": {
+        "$defs": {
+            "point": {
+                "type": "object",
+                "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                "required": ["x", "y"],
+                "additionalProperties": False,
+            },
+            "node": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "children": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+                },
+                "required": ["name"],
+            },
+        },
+        "type": "object",
+        "properties": {
+            "start": {"$ref": "#/$defs/point"},
+            "end": {"$ref": "#/$defs/point"},
+            "tree": {"$ref": "#/$defs/node"},
+        },
+        "required": ["start", "end", "tree"],
+        "additionalProperties": False,
+    },
+    "strings": {
+        "type": "object",
+        "properties": {
+            "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+            "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+            "short": {"type": "string", "maxLength": 3},
+            "long": {"type": "string", "minLength": 40},
+            "email": {"type": "string", "format": "email"},
+            "when": {"type": "string", "format": "date-time"},
+            "uuid": {"type": "string", "format": "uuid"},
+            "path": {"type": "string"},
+            "command": {"type": "string"},
+            "website": {"type": "string"},
+        },
+        "required": ["zip", "code", "short", "long", "email", "when", "uuid"],
+        "additionalProperties": False,
+    },
+    "properties_bounds": {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "string"}, "c": {"type": "string"}},
+        "required": ["c"],
+        "maxProperties": 2,
+    },
+    "min_properties": {
+        "type": "object",
+        "minProperties": 2,
+        "additionalProperties": {"type": "integer"},
+    },
+    "draft4": {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer", "minimum": 0, "exclusiveMinimum": True, "maximum": 3},
+            "x": {"type": "number", "maximum": 0, "exclusiveMaximum": True},
+        },
+        "required": ["n", "x"],
+    },
+    "draft7_tuple": {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {
+            "pair": {
+                "type": "array",
+                "items": [{"type": "integer"}, {"type": "string", "enum": ["x", "y"]}],
+                "additionalItems": False,
+                "minItems": 2,
+            },
+            "item": {"$ref": "#/definitions/item"},
+        },
+        "definitions": {
+            "item": {
+                "type": "object",
+                "required": ["sku"],
+                "properties": {"sku": {"type": "string"}},
+            }
+        },
+        "required": ["pair", "item"],
+    },
+}
+
+TEXTS = [
+    "What's the weather in Paris for the next 3 days, in fahrenheit?",
+    "",
+    "Zürich ☕ naïve café — 東京 résumé",
+    "Run `ls -la /tmp` and email me at someone@example.org about https://example.net/x",
+    "1234567 -99 0.5 tags please",
+]
+
+
+def validator(schema: dict):
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+@pytest.mark.parametrize("text", TEXTS)
+@pytest.mark.parametrize("seed", [0, 1, 42])
+def test_arguments_are_valid_for_schema(name: str, text: str, seed: int) -> None:
+    schema = SCHEMAS[name]
+    value = generate_arguments(schema, text, random.Random(seed))
+    errors = sorted(validator(schema).iter_errors(value), key=str)
+    assert not errors, f"{value!r}: {errors[0].message}"
+
+
+def test_strict_tool_gets_exactly_the_allowed_keys() -> None:
+    for name in ("weather", "strict_nested", "numbers", "refs", "strings"):
+        schema = SCHEMAS[name]
+        value = generate_arguments(schema, TEXTS[0], random.Random(0))
+        assert set(value) <= set(schema["properties"])
+        assert set(schema["required"]) <= set(value)
+
+
+def test_values_come_from_the_user_text() -> None:
+    value = generate_arguments(WEATHER, TEXTS[0], random.Random(0))
+    assert value == {"city": "Paris", "unit": "fahrenheit", "days": 3}
+    nyc = generate_arguments(WEATHER, "Weather in New York, in celsius", random.Random(0))
+    assert nyc["city"] == "New York" and nyc["unit"] == "celsius"
+    fallback = generate_arguments(WEATHER, "what is it like there", random.Random(0))
+    assert fallback["city"] == "Paris"  # a plausible city when the text names none
+    assert fallback["unit"] == "celsius"
+    assert fallback["days"] == 3  # a typical value for a property named "days"
+    tools = generate_arguments(SCHEMAS["strings"], TEXTS[3], random.Random(0))
+    assert tools["command"] == "ls -la /tmp"
+    assert tools["email"] == "someone@example.org"
+    assert tools["website"] == "https://example.net/x"
+    assert tools["path"] == "/tmp"
+    query = generate_arguments(
+        {"type": "object", "properties": {"query": {"type": "string"}}},
+        "  find  cheap flights ",
+        random.Random(0),
+    )
+    assert query == {"query": "find cheap flights"}
+
+
+def test_same_inputs_same_arguments() -> None:
+    for schema in SCHEMAS.values():
+        a = generate_arguments(schema, TEXTS[0], random.Random(9))
+        b = generate_arguments(schema, TEXTS[0], random.Random(9))
+        assert a == b
+
+
+def test_boolean_schema_true_and_missing_schema() -> None:
+    assert generate_arguments(True, "x", random.Random(0)) == {}
+    assert generate_arguments({}, "x", random.Random(0)) == {}
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"^[a-z]+$",
+        r"^\d{3}-\d{4}$",
+        r"^(foo|bar)[0-9]?baz$",
+        r"[^abc]{3}",
+        r"^\w+@\w+\.com$",
+        r"(x)\1",
+    ],
+)
+def test_string_for_pattern(pattern: str) -> None:
+    import re
+
+    generated = string_for_pattern(pattern)
+    assert generated is not None and re.search(pattern, generated)
+
+
+def test_word_helpers() -> None:
+    assert name_words("maxResults") == ["max", "results"]
+    assert name_words("get_current-weather") == ["get", "current", "weather"]
+    assert content_words("What's the weather in Paris? Don't worry") == [
+        "weather",
+        "Paris",
+        "worry",
+    ]

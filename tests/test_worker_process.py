@@ -1,0 +1,159 @@
+"""The worker as a real process over gRPC, including SIGTERM with a stream in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+
+import grpc
+import jsonschema
+import pytest
+from support.procs import free_port, start_service
+from turnpike.conversation.v1 import conversation_pb2 as cv
+from turnpike.grpc_client import wait_healthy
+from turnpike.inference.v1 import inference_pb2 as pb
+from turnpike.inference.v1 import inference_pb2_grpc
+from worker.server import SERVICE_NAME
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}, "recursive": {"type": "boolean"}},
+    "required": ["path", "recursive"],
+    "additionalProperties": False,
+}
+
+
+def request(tps: float = 2000.0, **kwargs) -> pb.GenerateRequest:
+    fields = {
+        "request_id": "resp_proc",
+        "model": "turnpike-sim",
+        "prompt_tokens": list(range(500)),
+        "items": [cv.Item(kind=cv.Item.MESSAGE, role="user", text="List the files in src/app")],
+        "sampling": pb.SamplingParams(seed=4),
+        "tokens_per_second": tps,
+        "ttft_ms": 5.0,
+        "prefill_tokens_per_second": 50_000.0,
+    }
+    fields.update(kwargs)
+    return pb.GenerateRequest(**fields)
+
+
+@pytest.fixture
+def start_worker():
+    procs: list[subprocess.Popen] = []
+
+    def start(**env: str) -> tuple[subprocess.Popen, str]:
+        port = free_port()
+        env = {
+            "TURNPIKE_WORKER_PORT": str(port),
+            "TURNPIKE_WORKER_ID": "worker-proc",
+            "TURNPIKE_SHUTDOWN_GRACE_S": "5",
+            **env,
+        }
+        procs.append(start_service("worker", env))
+        return procs[-1], f"127.0.0.1:{port}"
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def worker(start_worker):
+    return start_worker()
+
+
+def stop(proc: subprocess.Popen) -> int:
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=10)
+
+
+async def test_worker_process_generates_and_exits_cleanly(worker) -> None:
+    proc, address = worker
+    assert await wait_healthy(address, timeout=30, service=SERVICE_NAME)
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = inference_pb2_grpc.InferenceStub(channel)
+
+        tools = [
+            cv.Tool(name="list_files", description="List files", parameters_json=json.dumps(SCHEMA))
+        ]
+        events = [e async for e in stub.Generate(request(tools=tools), timeout=10)]
+        assert events[0].item_started.name == "list_files"
+        arguments = "".join(e.delta.text for e in events if e.HasField("delta"))
+        jsonschema.validate(json.loads(arguments), SCHEMA)
+        assert json.loads(arguments)["path"] == "src/app"
+        finished = events[-1].finished
+        assert finished.finish_reason == "tool_calls" and finished.worker_id == "worker-proc"
+        assert finished.usage.input_tokens == 500
+
+        # The same prompt again hits this worker's prefix cache.
+        again = [e async for e in stub.Generate(request(), timeout=10)]
+        assert again[-1].finished.usage.cached_tokens == 448
+
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            async for _ in stub.Generate(request(tps=0.0), timeout=10):
+                pass
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "tokens_per_second" in info.value.details()
+
+        # A caller that drops its stream: the worker carries on serving others.
+        call = stub.Generate(request(tps=10.0), timeout=10)
+        async for event in call:
+            if event.HasField("delta"):
+                break
+        call.cancel()
+        quick = [e async for e in stub.Generate(request(), timeout=10)]
+        assert quick[-1].HasField("finished")
+
+    assert stop(proc) == 0
+
+
+async def test_sigterm_lets_an_inflight_stream_finish(worker) -> None:
+    proc, address = worker
+    assert await wait_healthy(address, timeout=30, service=SERVICE_NAME)
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = inference_pb2_grpc.InferenceStub(channel)
+        call = stub.Generate(request(tps=65.0), timeout=15)  # ~0.3-1 s of decode
+        events = []
+        async for event in call:
+            events.append(event)
+            if event.HasField("delta") and len(events) == 2:
+                proc.send_signal(signal.SIGTERM)
+        assert events[-1].HasField("finished")
+        assert events[-1].finished.usage.output_tokens == sum(
+            e.delta.tokens for e in events if e.HasField("delta")
+        )
+        assert events[-1].finished.usage.output_tokens > 10
+    assert await asyncio.to_thread(proc.wait, 10) == 0
+
+
+async def test_stall_knob_hangs_a_stream_and_shutdown_still_ends_it(start_worker) -> None:
+    proc, address = start_worker(
+        TURNPIKE_WORKER_STALL_AFTER_TOKENS="3", TURNPIKE_SHUTDOWN_GRACE_S="0.5"
+    )
+    assert await wait_healthy(address, timeout=30, service=SERVICE_NAME)
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = inference_pb2_grpc.InferenceStub(channel)
+        events = []
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            async for event in stub.Generate(request(), timeout=1.0):
+                events.append(event)
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert sum(e.delta.tokens for e in events if e.HasField("delta")) == 3
+
+        stalled = stub.Generate(request(), timeout=10)
+        async for event in stalled:
+            if event.HasField("delta"):
+                break
+        proc.send_signal(signal.SIGTERM)  # the stalled stream is cut after the grace period
+        assert await asyncio.to_thread(proc.wait, 10) == 0
+        stalled.cancel()
+
+
+async def test_bad_configuration_exits_with_message(start_worker) -> None:
+    proc, _ = start_worker(TURNPIKE_WORKER_ERROR_RATE="2")
+    assert await asyncio.to_thread(proc.wait, 30) == 2

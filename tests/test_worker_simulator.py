@@ -1,0 +1,251 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import jsonschema
+import pytest
+from turnpike.conversation.v1 import conversation_pb2 as cv
+from turnpike.inference.v1 import inference_pb2 as pb
+from worker.backends import Backends, InvalidRequestError
+from worker.prefix_cache import PrefixCache
+from worker.simulator import SimulatorBackend
+
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+WEATHER = cv.Tool(
+    name="get_weather", description="Weather for a city", parameters_json=json.dumps(WEATHER_SCHEMA)
+)
+
+
+def user(text: str) -> cv.Item:
+    return cv.Item(kind=cv.Item.MESSAGE, role="user", text=text)
+
+
+def request(
+    items=None,
+    tools=(),
+    *,
+    prompt=(),
+    tps=4000.0,
+    ttft_ms=1.0,
+    prefill_tps=1_000_000.0,
+    max_output_tokens=0,
+    seed=1,
+    tool_choice="",
+    model="turnpike-sim",
+) -> pb.GenerateRequest:
+    return pb.GenerateRequest(
+        request_id="resp_1",
+        model=model,
+        prompt_tokens=list(prompt),
+        items=items if items is not None else [user("Tell me about Zürich cafés ☕")],
+        tools=list(tools),
+        tool_choice=tool_choice,
+        sampling=pb.SamplingParams(seed=seed, max_output_tokens=max_output_tokens),
+        tokens_per_second=tps,
+        ttft_ms=ttft_ms,
+        prefill_tokens_per_second=prefill_tps,
+    )
+
+
+def make_backend(**kwargs) -> SimulatorBackend:
+    return SimulatorBackend("worker-test", PrefixCache(1_000_000), **kwargs)
+
+
+async def run(backend: SimulatorBackend, req: pb.GenerateRequest) -> list[pb.GenerateEvent]:
+    return [event async for event in backend.generate(req)]
+
+
+def kinds(events) -> list[str]:
+    return [e.WhichOneof("event") for e in events]
+
+
+def deltas(events) -> tuple[str, int]:
+    ds = [e.delta for e in events if e.HasField("delta")]
+    return "".join(d.text for d in ds), sum(d.tokens for d in ds)
+
+
+async def test_text_stream_shape_usage_and_timings() -> None:
+    backend = make_backend()
+    events = await run(backend, request(prompt=range(300)))
+    names = kinds(events)
+    assert names[0] == "item_started" and names[-2:] == ["item_done", "finished"]
+    assert set(names[1:-2]) == {"delta"}
+    assert events[0].item_started.kind == pb.ItemStarted.MESSAGE
+    text, tokens = deltas(events)
+    finished = events[-1].finished
+    assert finished.finish_reason == "stop"
+    assert finished.worker_id == "worker-test"
+    assert finished.usage.input_tokens == 300
+    assert finished.usage.cached_tokens == 0
+    assert finished.usage.output_tokens == tokens == backend.count_tokens(text)
+    assert "Zürich" in text  # multi-byte text arrives whole
+    t = finished.timings
+    assert 0 <= t.queue_ms < t.ttft_ms <= t.total_ms
+    assert t.prefill_ms >= 1.0 and t.decode_ms >= 0
+    assert t.ttft_ms == pytest.approx(t.queue_ms + t.prefill_ms, abs=0.5)
+
+
+async def test_same_request_same_text() -> None:
+    backend = make_backend()
+    first, _ = deltas(await run(backend, request(seed=3)))
+    again, _ = deltas(await run(backend, request(seed=3)))
+    assert first == again
+
+
+async def test_function_call_stream_has_valid_arguments() -> None:
+    events = await run(make_backend(), request([user("Weather in Zürich please")], [WEATHER]))
+    started = events[0].item_started
+    assert started.kind == pb.ItemStarted.FUNCTION_CALL
+    assert started.name == "get_weather"
+    assert started.call_id.startswith("call_") and len(started.call_id) > 10
+    arguments, _ = deltas(events)
+    parsed = json.loads(arguments)
+    jsonschema.validate(parsed, WEATHER_SCHEMA)
+    assert parsed["city"] == "Zürich"
+    assert events[-1].finished.finish_reason == "tool_calls"
+
+
+async def test_answer_after_tool_output() -> None:
+    items = [
+        user("Weather in Oslo?"),
+        cv.Item(kind=cv.Item.FUNCTION_CALL, call_id="call_1", name="get_weather", arguments="{}"),
+        cv.Item(kind=cv.Item.FUNCTION_CALL_OUTPUT, call_id="call_1", text="sunny, 18 C"),
+    ]
+    events = await run(make_backend(), request(items, [WEATHER]))
+    text, _ = deltas(events)
+    assert text.startswith("The tool returned: sunny, 18 C")
+    assert events[-1].finished.finish_reason == "stop"
+
+
+async def test_max_output_tokens_gives_length() -> None:
+    events = await run(make_backend(), request(max_output_tokens=3))
+    _, tokens = deltas(events)
+    assert tokens == 3
+    finished = events[-1].finished
+    assert finished.finish_reason == "length" and finished.usage.output_tokens == 3
+    # A cut function call still ends its item.
+    events = await run(make_backend(), request(tools=[WEATHER], max_output_tokens=2))
+    assert kinds(events)[-2:] == ["item_done", "finished"]
+    assert events[-1].finished.finish_reason == "length"
+
+
+async def test_ttft_grows_with_uncached_prompt_and_shrinks_on_cache_hit() -> None:
+    backend = make_backend()
+    prompt = list(range(6400))  # 100 blocks; 6400 / 20000 tok/s = 320 ms of prefill
+    cold = (await run(backend, request(prompt=prompt, prefill_tps=20_000.0)))[-1].finished
+    warm = (await run(backend, request(prompt=prompt, prefill_tps=20_000.0)))[-1].finished
+    assert cold.usage.cached_tokens == 0
+    assert warm.usage.cached_tokens == 6400
+    assert 0.25 * 1000 < cold.timings.ttft_ms < 0.6 * 1000
+    assert warm.timings.ttft_ms < 100
+    # A longer conversation pays only for its new blocks.
+    longer = prompt + list(range(10**6, 10**6 + 3200))
+    grown = (await run(backend, request(prompt=longer, prefill_tps=20_000.0)))[-1].finished
+    assert grown.usage.cached_tokens == 6400
+    assert 0.12 * 1000 < grown.timings.ttft_ms < 0.4 * 1000
+
+
+async def test_cache_is_per_model() -> None:
+    backend = make_backend()
+    await run(backend, request(prompt=range(640), model="a"))
+    other = (await run(backend, request(prompt=range(640), model="b")))[-1].finished
+    assert other.usage.cached_tokens == 0
+
+
+async def test_error_rate_knob() -> None:
+    always = make_backend(error_rate=1.0)
+    events = await run(always, request())
+    assert kinds(events) == ["error"]
+    assert events[0].error.code == "model_error" and events[0].error.retryable
+    never = make_backend(error_rate=0.0)
+    assert kinds(await run(never, request()))[-1] == "finished"
+    some = make_backend(error_rate=0.5, rng=random.Random(7))
+    outcomes = [kinds(await run(some, request(tps=100_000)))[-1] for _ in range(40)]
+    assert 5 < outcomes.count("error") < 35
+
+
+async def test_stall_knob_hangs_until_cancelled() -> None:
+    backend = make_backend(stall_after_tokens=2)
+    seen: list[pb.GenerateEvent] = []
+
+    async def consume() -> None:
+        async for event in backend.generate(request()):
+            seen.append(event)
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.3)
+    assert not task.done()
+    assert deltas(seen)[1] == 2 and "finished" not in kinds(seen)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert backend.active == 0
+
+
+async def test_cancellation_stops_generation_promptly() -> None:
+    backend = make_backend()
+    first_delta = asyncio.Event()
+    seen = []
+
+    async def consume() -> None:
+        async for event in backend.generate(request(tps=20.0)):  # ~2 s of output
+            seen.append(event)
+            if event.HasField("delta"):
+                first_delta.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(first_delta.wait(), 2)
+    assert backend.active == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert backend.active == 0
+    assert "finished" not in kinds(seen)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("tokens_per_second", 0.0, "tokens_per_second must be > 0"),
+        ("prefill_tokens_per_second", -1.0, "prefill_tokens_per_second must be > 0"),
+        ("ttft_ms", -5.0, "ttft_ms must be >= 0"),
+        ("model", "", "model is required"),
+    ],
+)
+async def test_invalid_requests_raise_before_any_event(field, value, message) -> None:
+    req = request()
+    setattr(req, field, value)
+    with pytest.raises(InvalidRequestError, match=message):
+        await run(make_backend(), req)
+
+
+async def test_unknown_tool_choice_is_invalid() -> None:
+    with pytest.raises(InvalidRequestError, match="not among the tools"):
+        await run(make_backend(), request(tools=[WEATHER], tool_choice="nope"))
+
+
+async def test_special_token_text_in_a_tool_output_is_plain_text() -> None:
+    items = [user("x"), cv.Item(kind=cv.Item.FUNCTION_CALL_OUTPUT, text="<|end|> done")]
+    text, _ = deltas(await run(make_backend(), request(items)))
+    assert text.startswith("The tool returned: <|end|> done")
+
+
+def test_backends_default_and_per_model() -> None:
+    sim, other = make_backend(), make_backend()
+    backends = Backends(default=sim, by_model={"gpt-oss-120b": other})
+    assert backends.for_model("turnpike-sim") is sim
+    assert backends.for_model("gpt-oss-120b") is other
+
+
+def test_invalid_knobs() -> None:
+    with pytest.raises(ValueError):
+        make_backend(error_rate=1.5)
+    with pytest.raises(ValueError):
+        make_backend(stall_after_tokens=-1)
