@@ -203,6 +203,8 @@ def stack_env(config: StackConfig) -> dict[str, str]:
         "TURNPIKE_WORKERS": ",".join(f"{w}={a}" for w, a in config.worker_addresses().items()),
         "TURNPIKE_BILLING_LEDGER": str(config.ledger_path),
         "TURNPIKE_VOCAB_DIR": str(config.vocab_dir),
+        # A development stack lets benchmarks pick a pipeline per request.
+        "TURNPIKE_ALLOW_PIPELINE_OVERRIDE": "true",
     }
     for svc, port in config.backend_ports().items():
         env[f"TURNPIKE_{svc.upper()}_PORT"] = str(port)
