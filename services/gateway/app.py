@@ -70,10 +70,26 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(server_error())
 
-    @app.middleware("http")
-    async def request_id(request: Request, call_next):
-        response = await call_next(request)
-        response.headers["x-request-id"] = "req_" + secrets.token_hex(12)
-        return response
-
+    app.add_middleware(RequestIdMiddleware)
     return app
+
+
+class RequestIdMiddleware:
+    """Adds ``x-request-id`` to every HTTP response (the SDK exposes it as
+    ``request_id``). Plain ASGI, so streamed bodies pass through untouched."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = ("req_" + secrets.token_hex(12)).encode()
+
+        async def send_with_id(message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)

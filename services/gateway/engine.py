@@ -53,6 +53,7 @@ class RequestContext:
     tenant: str
     pipeline: Pipeline
     connection_cache: ConnectionCache | None = None
+    lane: str | None = None  # WebSocket stream_id
     stage_ms: dict[str, float] = field(default_factory=dict)
 
     @contextmanager
@@ -476,8 +477,9 @@ class ResponseEngine:
                 ):
                     ctx.connection_cache.put(response["id"], self._next_state(prepared))
                 elif ctx.connection_cache is not None and prepared.request.previous_response_id:
-                    # A failed continuation evicts its parent (protocol: clients start over).
-                    ctx.connection_cache.evict(prepared.request.previous_response_id)
+                    ctx.connection_cache.evict_after_failure(
+                        prepared.request.previous_response_id, ctx.lane
+                    )
                 if prepared.request.store:
                     await self._store(prepared)
                 if response["usage"] and prepared.request.generate:
@@ -514,6 +516,7 @@ class ResponseEngine:
             rendered=prepared.rendered,
             model=prepared.model,
             route=prepared.route,
+            lane=prepared.ctx.lane,
         )
 
     async def _store(self, prepared: Prepared) -> None:
@@ -551,5 +554,7 @@ class ResponseEngine:
         """Every input item the response was generated from, oldest first."""
         chain = await self.store.chain(tenant, response_id)
         if chain is None:
-            return None
+            # An ancestor was deleted: what is left is this response's own input.
+            record = await self.store.get(tenant, response_id)
+            return None if record is None else list(record.input_items)
         return [*history_of(chain[:-1]), *chain[-1].input_items]

@@ -33,6 +33,7 @@ class ConversationState:
     model: router_pb2.ModelConfig | None = None
     route: router_pb2.RouteDecision | None = None
     from_cache: bool = field(default=False, compare=False)
+    lane: str | None = None  # the WebSocket lane that produced it
 
 
 class ConnectionCache:
@@ -56,6 +57,13 @@ class ConnectionCache:
 
     def evict(self, response_id: str) -> None:
         self._states.pop(response_id, None)
+
+    def evict_after_failure(self, parent_id: str, lane: str | None) -> None:
+        """A failed continuation on the parent's own lane evicts the parent; a
+        failed fork from another lane leaves it for its source lane."""
+        parent = self._states.get(parent_id)
+        if parent is not None and parent.lane == lane:
+            del self._states[parent_id]
 
     def __len__(self) -> int:
         return len(self._states)

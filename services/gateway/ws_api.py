@@ -62,12 +62,14 @@ class Connection:
     async def _respond(self, request: CreateRequest) -> None:
         lane = request.stream_id
         try:
-            ctx = self.gw.context(self.tenant, self.pipeline, connection_cache=self.session.cache)
+            ctx = self.gw.context(
+                self.tenant, self.pipeline, connection_cache=self.session.cache, lane=lane
+            )
             try:
                 prepared = await self.gw.engine.prepare(request, ctx)
             except ApiError as err:
-                if request.previous_response_id and err.status >= 500:
-                    self.session.cache.evict(request.previous_response_id)
+                if request.previous_response_id:
+                    self.session.cache.evict_after_failure(request.previous_response_id, lane)
                 await self.send(err.ws_event(lane))
                 return
             run = self.gw.engine.start(prepared)
