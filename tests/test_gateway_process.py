@@ -10,10 +10,9 @@ import time
 
 import httpx
 import pytest
+from support.procs import free_port, start_service
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
-
-from support.procs import free_port, start_service
 
 pytestmark = pytest.mark.stack
 

@@ -8,14 +8,15 @@ import time
 import httpx
 import pytest
 from openai import OpenAI
-
 from support.openresponses import validate_input_item
 
 pytestmark = pytest.mark.stack
 
 
 def usage(stack, key):
-    reply = httpx.get(f"{stack.base_url}/usage", headers={"Authorization": f"Bearer {key}"}, timeout=10)
+    reply = httpx.get(
+        f"{stack.base_url}/usage", headers={"Authorization": f"Bearer {key}"}, timeout=10
+    )
     assert reply.status_code == 200
     return reply.json()
 
@@ -25,7 +26,9 @@ def test_every_response_is_billed_once_to_its_tenant(stack):
     alice_before = usage(stack, stack.api_keys["alice"])
     before = usage(stack, bob)
     client = OpenAI(base_url=stack.base_url, api_key=bob, max_retries=0)
-    responses = [client.responses.create(model="turnpike-sim-4000", input=f"bill me {i}") for i in range(3)]
+    responses = [
+        client.responses.create(model="turnpike-sim-4000", input=f"bill me {i}") for i in range(3)
+    ]
     with client.responses.connect() as conn:
         conn.response.create(model="turnpike-sim-4000", input="bill me on a socket")
         for event in conn:
@@ -37,7 +40,10 @@ def test_every_response_is_billed_once_to_its_tenant(stack):
     deadline = time.monotonic() + 15
     while True:
         after = usage(stack, bob)
-        if after["responses"] - before["responses"] >= len(responses) or time.monotonic() > deadline:
+        if (
+            after["responses"] - before["responses"] >= len(responses)
+            or time.monotonic() > deadline
+        ):
             break
         time.sleep(0.1)
     assert after["tenant"] == "bob"
@@ -75,7 +81,11 @@ def test_input_items_validate_against_the_item_schema(stack):
         params={"order": "asc"},
         headers={"Authorization": f"Bearer {stack.api_key}"},
     ).json()
-    assert [item["type"] for item in raw["data"]] == ["message", "function_call", "function_call_output"]
+    assert [item["type"] for item in raw["data"]] == [
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
     for item in raw["data"]:
         validate_input_item(item)
     assert raw["has_more"] is False and raw["first_id"] == raw["data"][0]["id"]

@@ -152,6 +152,22 @@ async def test_ttft_grows_with_uncached_prompt_and_shrinks_on_cache_hit() -> Non
     assert 0.12 * 1000 < grown.timings.ttft_ms < 0.4 * 1000
 
 
+async def test_image_tokens_are_charged_and_prefilled_but_never_cached() -> None:
+    backend = make_backend()
+    prompt = list(range(640))  # 10 blocks
+    req = request(prompt=prompt, prefill_tps=10_000.0)
+    req.image_tokens = 2000  # 2000 / 10000 tok/s = 200 ms of prefill on every request
+    cold = (await run(backend, req))[-1].finished
+    warm = (await run(backend, req))[-1].finished
+    assert cold.usage.input_tokens == warm.usage.input_tokens == 2640
+    assert (cold.usage.cached_tokens, warm.usage.cached_tokens) == (0, 640)
+    assert 0.26 * 0.7 * 1000 < cold.timings.ttft_ms < 0.26 * 1.3 * 1000 + 50
+    assert 0.2 * 0.7 * 1000 < warm.timings.ttft_ms < 0.2 * 1.3 * 1000 + 50
+    req.image_tokens = -1
+    with pytest.raises(InvalidRequestError, match="image_tokens"):
+        await run(backend, req)
+
+
 async def test_cache_is_per_model() -> None:
     backend = make_backend()
     await run(backend, request(prompt=range(640), model="a"))

@@ -17,6 +17,7 @@ from turnpike.config import GatewaySettings
 from gateway import http_api, ws_api
 from gateway.errors import ApiError, server_error, unavailable
 from gateway.gateway_core import Gateway
+from gateway.tracing import FASTAPI_TELEMETRY
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,12 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         telemetry.shutdown_tracing()
 
     app = FastAPI(
-        title="Turnpike", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+        title="Turnpike",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        telemetry=FASTAPI_TELEMETRY,
     )
     app.include_router(http_api.router)
     app.include_router(ws_api.router)

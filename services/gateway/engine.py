@@ -40,6 +40,7 @@ from gateway.request import CreateRequest
 from gateway.response_object import new_response, usage
 from gateway.state import ConnectionCache, ConversationState, RenderedPrefix
 from gateway.store import ResponseStore, StoredResponse, history_of
+from gateway.tracing import end_response_span
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("turnpike.gateway")
@@ -55,6 +56,8 @@ class RequestContext:
     connection_cache: ConnectionCache | None = None
     lane: str | None = None  # WebSocket stream_id
     stage_ms: dict[str, float] = field(default_factory=dict)
+    # The response's own span (gateway.tracing.response_span); _finish ends it.
+    span: trace.Span = trace.INVALID_SPAN
 
     @contextmanager
     def stage(self, name: str):
@@ -130,6 +133,7 @@ class ResponseEngine:
     # Preparation -----------------------------------------------------------
     async def prepare(self, request: CreateRequest, ctx: RequestContext) -> Prepared:
         response_id = new_id("resp")
+        ctx.span.set_attribute("turnpike.response.id", response_id)
         parent = None
         if request.previous_response_id:
             with ctx.stage("load_conversation"):
@@ -328,7 +332,14 @@ class ResponseEngine:
     # Generation ------------------------------------------------------------
     def start(self, prepared: Prepared) -> ResponseRun:
         run = ResponseRun(prepared.response["id"])
-        task = asyncio.create_task(self._drive(prepared, run), name=f"response {run.response_id}")
+        span = prepared.ctx.span
+        span.set_attribute("turnpike.model", prepared.model.id)
+        # The task runs in a copy of the current context: generation, and the
+        # finishing that ends the span, happen inside the response's span.
+        with trace.use_span(span, end_on_exit=False):
+            task = asyncio.create_task(
+                self._drive(prepared, run), name=f"response {run.response_id}"
+            )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run
@@ -492,12 +503,15 @@ class ResponseEngine:
                         output_tokens=response["usage"]["output_tokens"],
                         created_at=response["created_at"],
                     )
+                    # Delivered later, billing links to the response's span.
+                    link = ctx.span.get_span_context()
                     if ctx.pipeline.blocking_billing:
-                        await self.outbox.record_now(event)
+                        await self.outbox.record_now(event, link)
                     else:
-                        self.outbox.submit(event)
+                        self.outbox.submit(event, link)
         except Exception:
             log.exception("finalizing response %s failed", response["id"])
+        end_response_span(ctx.span, response)
         run.final = response
         for event in terminal:
             run.emit(event)

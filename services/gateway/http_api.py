@@ -15,6 +15,7 @@ from gateway.engine import ResponseRun
 from gateway.errors import ApiError, invalid, not_found, too_large
 from gateway.gateway_core import Gateway, parse_json
 from gateway.request import parse_create
+from gateway.tracing import response_span
 
 router = APIRouter()
 
@@ -60,8 +61,8 @@ async def create_response(request: Request) -> Response:
     body = parse_json(await read_body(request, gw.settings.max_body_bytes))
     create = parse_create(body, default_model=gw.settings.default_model)
     ctx = gw.context(tenant, pipeline)
-    prepared = await gw.engine.prepare(create, ctx)
-    run = gw.engine.start(prepared)
+    with response_span(ctx, "http", create.model):
+        run = gw.engine.start(await gw.engine.prepare(create, ctx))
     if create.stream:
         return StreamingResponse(
             sse_stream(run),

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from gateway.errors import ApiError
 from gateway.gateway_core import Gateway
 from gateway.request import CreateRequest
+from gateway.tracing import response_span
 from gateway.ws_protocol import SendEvent, StartResponse, WsSession
 
 log = logging.getLogger(__name__)
@@ -66,13 +67,14 @@ class Connection:
                 self.tenant, self.pipeline, connection_cache=self.session.cache, lane=lane
             )
             try:
-                prepared = await self.gw.engine.prepare(request, ctx)
+                # One trace per response, not per connection (gateway.tracing).
+                with response_span(ctx, "websocket", request.model):
+                    run = self.gw.engine.start(await self.gw.engine.prepare(request, ctx))
             except ApiError as err:
                 if request.previous_response_id:
                     self.session.cache.evict_after_failure(request.previous_response_id, lane)
                 await self.send(err.ws_event(lane))
                 return
-            run = self.gw.engine.start(prepared)
             async for event in run.events():
                 if lane is not None:
                     event["stream_id"] = lane

@@ -147,6 +147,21 @@ class WorkerSettings:
     stall_after_tokens: int = field(
         default_factory=lambda: env_int("TURNPIKE_WORKER_STALL_AFTER_TOKENS", 0)
     )
+    # The Cerebras backend exists only when a key is set. Both names are the Cerebras
+    # SDK's own; an empty base URL means the SDK's default (the public API).
+    cerebras_api_key: str = field(
+        default_factory=lambda: env_str("CEREBRAS_API_KEY", ""), repr=False
+    )
+    cerebras_base_url: str = field(default_factory=lambda: env_str("CEREBRAS_BASE_URL", ""))
+    # Retries of a rate-limited (429) request before its first output.
+    cerebras_max_retries: int = field(
+        default_factory=lambda: env_int("TURNPIKE_CEREBRAS_MAX_RETRIES", 3)
+    )
+    # Bounds each wait on the backend (connect, and each read of the stream), not the
+    # whole generation.
+    cerebras_timeout_s: float = field(
+        default_factory=lambda: env_float("TURNPIKE_CEREBRAS_TIMEOUT_S", 60.0)
+    )
 
 
 @dataclass(frozen=True)

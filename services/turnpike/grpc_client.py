@@ -28,7 +28,11 @@ def insecure_channel(address: str) -> grpc.aio.Channel:
 async def check_health(channel: grpc.aio.Channel, service: str = "", timeout: float = 1.0) -> bool:
     stub = health_pb2_grpc.HealthStub(channel)
     try:
-        reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+        # wait_for_ready: a channel still in reconnect backoff after a peer (re)started
+        # waits for the connection instead of failing at once.
+        reply = await stub.Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=timeout, wait_for_ready=True
+        )
     except grpc.aio.AioRpcError:
         return False
     return reply.status == health_pb2.HealthCheckResponse.SERVING

@@ -1,4 +1,5 @@
-"""``python -m worker``: an inference worker (the CPU simulator) as a gRPC service."""
+"""``python -m worker``: an inference worker as a gRPC service: the CPU simulator, and
+the Cerebras backend when ``CEREBRAS_API_KEY`` is set."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from turnpike.config import GrpcServerSettings, WorkerSettings
 from turnpike.inference.v1 import inference_pb2_grpc
 from turnpike.vocab import harmony_encoding
 
-from worker.backends import Backends
+from worker.backends import Backend, Backends, UnavailableBackend
+from worker.cerebras import CerebrasBackend
 from worker.prefix_cache import PrefixCache
 from worker.server import SERVICE_NAME, InferenceServicer
 from worker.simulator import SimulatorBackend
@@ -30,27 +32,42 @@ def main() -> None:
             stall_after_tokens=settings.stall_after_tokens,
             encoding=harmony_encoding(),  # load the vocabulary before serving
         )
+        cerebras = CerebrasBackend.from_settings(settings)
     except ValueError as exc:
         print(f"worker: configuration error: {exc}", file=sys.stderr)
         sys.exit(2)
     log.info(
-        "worker %s: prefix cache %d tokens, error rate %.2f, stall after %d tokens",
+        "worker %s: prefix cache %d tokens, error rate %.2f, stall after %d tokens, "
+        "cerebras backend %s",
         settings.worker_id,
         settings.cache_tokens,
         settings.error_rate,
         settings.stall_after_tokens,
+        "configured" if cerebras else "off (CEREBRAS_API_KEY not set)",
     )
+    by_name: dict[str, Backend] = {
+        "simulator": simulator,
+        "cerebras": cerebras
+        or UnavailableBackend(
+            "The cerebras backend is not configured on this worker (CEREBRAS_API_KEY is not set)."
+        ),
+    }
 
     def register(server: grpc.aio.Server) -> None:
         inference_pb2_grpc.add_InferenceServicer_to_server(
-            InferenceServicer(Backends(default=simulator)), server
+            InferenceServicer(Backends(default=simulator, by_name=by_name)), server
         )
+
+    async def on_shutdown() -> None:
+        if cerebras is not None:
+            await cerebras.aclose()
 
     grpc_server.run(
         "worker",
         [SERVICE_NAME],
         register,
         GrpcServerSettings.for_service("TURNPIKE_WORKER_PORT", 50061),
+        on_shutdown,
     )
 
 

@@ -2,8 +2,11 @@
 
 A backend turns one ``GenerateRequest`` into the event stream of the Inference
 contract: (ItemStarted, Delta*, ItemDone)* then exactly one Finished or Error.
-Today every model runs on the CPU simulator; a hosted adapter (Cerebras) plugs in
-beside it as another ``Backend`` registered for its models.
+
+A request names its backend (``GenerateRequest.backend``, from the router's model
+registry): ``"simulator"`` (the CPU simulator) or ``"cerebras"`` (the hosted adapter).
+An empty name falls back to the per-model map, then to the default (the simulator),
+so callers that predate the field keep working.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 
 from turnpike.inference.v1 import inference_pb2
+
+# Every backend name a request may carry (the router's registry accepts the same).
+KNOWN_BACKENDS = ("simulator", "cerebras")
 
 
 class InvalidRequestError(ValueError):
@@ -27,12 +33,53 @@ class Backend(Protocol):
     ) -> AsyncIterator[inference_pb2.GenerateEvent]: ...
 
 
-class Backends:
-    """Model id -> backend, with a default for every model not listed."""
+class UnavailableBackend:
+    """Stands in for a known backend this worker is not configured for: every request
+    gets one non-retryable ``backend_unavailable`` Error event (another attempt on the
+    same worker cannot succeed)."""
 
-    def __init__(self, default: Backend, by_model: Mapping[str, Backend] | None = None) -> None:
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    async def generate(
+        self, request: inference_pb2.GenerateRequest
+    ) -> AsyncIterator[inference_pb2.GenerateEvent]:
+        yield inference_pb2.GenerateEvent(
+            error=inference_pb2.Error(
+                code="backend_unavailable", message=self.message, retryable=False
+            )
+        )
+
+
+class Backends:
+    """Backend name -> backend, plus model id -> backend for requests without a name,
+    with a default for everything else."""
+
+    def __init__(
+        self,
+        default: Backend,
+        by_model: Mapping[str, Backend] | None = None,
+        by_name: Mapping[str, Backend] | None = None,
+    ) -> None:
         self._default = default
         self._by_model = dict(by_model or {})
+        self._by_name = dict(by_name or {})
 
     def for_model(self, model: str) -> Backend:
         return self._by_model.get(model, self._default)
+
+    def for_request(self, request: inference_pb2.GenerateRequest) -> Backend:
+        """The backend named by the request; raises ``InvalidRequestError`` for a name
+        that is not a backend at all."""
+        name = request.backend
+        if not name:
+            return self.for_model(request.model)
+        if name in self._by_name:
+            return self._by_name[name]
+        if name == "simulator":
+            return self._default
+        if name in KNOWN_BACKENDS:
+            return UnavailableBackend(f"The {name} backend is not available on this worker.")
+        raise InvalidRequestError(
+            f"unknown backend {name!r}; expected one of: {', '.join(KNOWN_BACKENDS)}"
+        )

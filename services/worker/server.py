@@ -22,7 +22,10 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
     async def Generate(self, request, context):
         if not request.model:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "model is required")
-        backend = self._backends.for_model(request.model)
+        try:
+            backend = self._backends.for_request(request)
+        except InvalidRequestError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         sent = False
         # A dropped caller cancels this task: the backend stops at its next await.
         async with contextlib.aclosing(backend.generate(request)) as events:

@@ -3,7 +3,9 @@
 Model time is the only simulated time in the stack:
 
 - time to first token = ``ttft_ms`` + the prompt tokens NOT in this worker's prefix
-  cache at ``prefill_tokens_per_second``;
+  cache at ``prefill_tokens_per_second``; the tokens of resolved input images
+  (``image_tokens``) are prompt tokens too, charged and prefilled, never cached (the
+  cache keys rendered text tokens only);
 - decode at ``tokens_per_second``, paced against absolute due times (``pacing``).
 
 Everything else (deciding the answer, tokenizing it, the cache lookup) is real work,
@@ -104,7 +106,8 @@ class SimulatorBackend:
 
         prompt = request.prompt_tokens
         cached = self.cache.lookup_and_insert(prompt, namespace=request.model)
-        prefill_s = request.ttft_ms / 1000 + (len(prompt) - cached) / (
+        input_tokens = len(prompt) + request.image_tokens
+        prefill_s = request.ttft_ms / 1000 + (input_tokens - cached) / (
             request.prefill_tokens_per_second
         )
         prepared = self._clock()
@@ -150,7 +153,7 @@ class SimulatorBackend:
             finished=pb.Finished(
                 finish_reason=finish_reason,
                 usage=pb.Usage(
-                    input_tokens=len(prompt), cached_tokens=cached, output_tokens=len(tokens)
+                    input_tokens=input_tokens, cached_tokens=cached, output_tokens=len(tokens)
                 ),
                 timings=pb.Timings(
                     queue_ms=(prepared - received) * 1000,
@@ -173,6 +176,8 @@ def _validate(request: pb.GenerateRequest) -> None:
         raise InvalidRequestError("prefill_tokens_per_second must be > 0")
     if request.ttft_ms < 0:
         raise InvalidRequestError("ttft_ms must be >= 0")
+    if request.image_tokens < 0:
+        raise InvalidRequestError("image_tokens must be >= 0")
     if request.sampling.max_output_tokens < 0:
         raise InvalidRequestError("sampling.max_output_tokens must be >= 0")
 

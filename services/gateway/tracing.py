@@ -1,0 +1,111 @@
+"""The gateway's spans: how FastAPI traces HTTP requests, and one span per response.
+
+A response outlives the code that asked for it (generation runs in a task of its own and
+finishes even when the client goes away), so its span is started here, made current
+while the response is prepared and while it is generated, and ended by the engine when
+the response is finished. With tracing off every call here is a no-op on the API's
+non-recording span.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from gateway.errors import ApiError
+
+if TYPE_CHECKING:
+    from gateway.engine import RequestContext
+
+tracer = trace.get_tracer("turnpike.gateway")
+
+UNTRACED_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+def _untraced(scope: MutableMapping[str, Any]) -> bool:
+    # Probes are noise. A WebSocket connection carries many responses and may live for
+    # an hour: each response gets a trace of its own instead of one per connection.
+    return scope["type"] == "websocket" or scope.get("path") in UNTRACED_PATHS
+
+
+# FastAPI's native telemetry (used only once a tracer provider is installed): a server
+# span per HTTP request, parented by an incoming ``traceparent``. Export is configured by
+# ``turnpike.telemetry`` alone, from the OTEL_* variables.
+FASTAPI_TELEMETRY: dict[str, Any] = {
+    "tracing": True,
+    "operation_spans": False,
+    "metrics": False,
+    "logs": False,
+    "auto_configure": False,
+    "exclude": _untraced,
+}
+
+
+@contextmanager
+def response_span(ctx: RequestContext, transport: str, model: str) -> Iterator[trace.Span]:
+    """The span of one response, current inside the block and kept in ``ctx.span``.
+
+    If the block raises (preparation failed), the span ends here. Otherwise the block
+    must end with ``ResponseEngine.start``, and the engine ends it when it finishes the
+    response. Under an HTTP request's span it is a child; on a WebSocket, a root.
+    """
+    root = not trace.get_current_span().get_span_context().is_valid
+    span = tracer.start_span(
+        "response.create",
+        kind=SpanKind.SERVER if root else SpanKind.INTERNAL,
+        attributes={
+            "turnpike.transport": transport,
+            "turnpike.tenant": ctx.tenant,
+            "turnpike.pipeline": ctx.pipeline.name,
+            "turnpike.model": model,
+        },
+    )
+    ctx.span = span
+    try:
+        with trace.use_span(
+            span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        ):
+            yield span
+    except BaseException as exc:
+        _record_failure(span, exc)
+        span.end()
+        raise
+
+
+def _record_failure(span: trace.Span, exc: BaseException) -> None:
+    if not span.is_recording():
+        return
+    if isinstance(exc, ApiError):
+        span.set_attribute("turnpike.error.code", exc.code or exc.type)
+        span.set_attribute("http.response.status_code", exc.status)
+        # A request the client must fix is not the server's failure.
+        if exc.status < 500:
+            return
+        span.set_attribute("error.type", exc.code or str(exc.status))
+        span.set_status(Status(StatusCode.ERROR, exc.message))
+    elif isinstance(exc, asyncio.CancelledError):
+        span.set_attribute("error.type", "cancelled")
+        span.set_status(Status(StatusCode.ERROR, "cancelled before the response started"))
+    else:
+        span.record_exception(exc)
+        span.set_attribute("error.type", type(exc).__qualname__)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+
+
+def end_response_span(span: trace.Span, response: dict[str, Any]) -> None:
+    """End a response's span with its outcome (called once the response is final)."""
+    if span.is_recording():
+        span.set_attribute("turnpike.response.status", response["status"])
+        if usage := response.get("usage"):
+            span.set_attribute("gen_ai.usage.input_tokens", usage["input_tokens"])
+            span.set_attribute("gen_ai.usage.output_tokens", usage["output_tokens"])
+        if response["status"] == "failed":
+            error = response.get("error") or {}
+            span.set_attribute("error.type", error.get("code") or "failed")
+            span.set_status(Status(StatusCode.ERROR, error.get("message")))
+    span.end()

@@ -1,0 +1,316 @@
+"""Pure mapping between the Inference contract and an OpenAI-compatible chat API
+(Cerebras' ``/v1/chat/completions``): requests out, streamed chunks back. No I/O.
+
+Request (``chat_params``):
+
+- ``instructions`` -> a leading ``system`` message;
+- MESSAGE items keep their role, except ``developer`` -> ``system``: Cerebras does not
+  expose a developer role; its system messages already act at the developer level;
+- input images of a message -> ``image_url`` content parts beside its text (images given
+  only by ``file_id`` cannot be forwarded and are rejected);
+- a run of consecutive FUNCTION_CALL items -> ONE assistant message with ``tool_calls``;
+  a run right after an assistant text message joins that message (content + tool_calls
+  is how the model produced them: one turn);
+- FUNCTION_CALL_OUTPUT -> ``{"role": "tool", "tool_call_id", "content"}``;
+- tools -> ``{"type": "function", "function": {name, description?, parameters?,
+  strict?}}``; ``tool_choice`` auto | none | required, or a function name ->
+  ``{"type": "function", "function": {"name"}}``; both only when there are tools;
+- sampling: ``temperature`` always (the gateway always sets it; 0 is greedy), ``top_p``,
+  ``seed`` and ``max_completion_tokens`` only when non-zero (0 means unset there).
+
+Stream (``ChunkMapper``), one chunk (a ``chat.completion.chunk`` as a dict) at a time:
+
+- ``delta.content`` -> a MESSAGE item: ItemStarted on the first content, one Delta per
+  chunk;
+- ``delta.tool_calls`` (by ``index``; an index's first fragment carries ``id`` and
+  ``function.name``, later ones argument text) -> one FUNCTION_CALL item per index:
+  ItemStarted(call_id, name), a Delta per argument fragment, ItemDone when another item
+  starts or the stream ends. Calls must arrive one index after another (as OpenAI
+  streams them; Cerebras sends each call whole): a fragment for a call already closed
+  is a protocol error;
+- ``delta.reasoning`` is not forwarded (the contract has no reasoning item); those
+  tokens are still in ``usage.completion_tokens``;
+- Delta tokens: ``len(delta.tokens)`` when the backend sends token ids, else 1 per
+  chunk (given to the chunk's first Delta). Only the final ``usage`` is exact; the
+  Finished event carries it;
+- ``finish_reason``: stop, tool_calls, length as is; ``content_filter`` -> ``stop``
+  (the contract has no such reason; the output simply ends); ``stop`` after function
+  calls -> ``tool_calls``;
+- ``usage`` (on the final chunk): prompt_tokens, completion_tokens,
+  prompt_tokens_details.cached_tokens; without usage, the rendered prompt's length (+
+  image tokens) and the Delta token sum stand in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from turnpike import ids
+from turnpike.conversation.v1 import conversation_pb2 as cv
+from turnpike.inference.v1 import inference_pb2 as pb
+
+MESSAGE_ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+}
+TOOL_CHOICE_MODES = ("auto", "none", "required")
+FINISH_REASONS = {
+    "stop": "stop",
+    "tool_calls": "tool_calls",
+    "length": "length",
+    "content_filter": "stop",
+}
+
+
+class MappingError(ValueError):
+    """The request cannot be expressed as a chat completion request."""
+
+
+class StreamProtocolError(Exception):
+    """The backend's stream broke the chat completion streaming format."""
+
+
+# ---- request ---------------------------------------------------------------------
+
+
+def chat_messages(instructions: str, items: Iterable[cv.Item]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    # The assistant message the current run of FUNCTION_CALL items belongs to.
+    calls_target: dict[str, Any] | None = None
+    for position, item in enumerate(items):
+        where = f"items[{position}]"
+        if item.kind == cv.Item.FUNCTION_CALL:
+            if not item.call_id or not item.name:
+                raise MappingError(f"{where}: a function call needs call_id and name")
+            if calls_target is None:
+                calls_target = {"role": "assistant"}
+                messages.append(calls_target)
+            calls_target.setdefault("tool_calls", []).append(
+                {
+                    "id": item.call_id,
+                    "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments or "{}"},
+                }
+            )
+            continue
+        calls_target = None
+        if item.kind == cv.Item.MESSAGE:
+            role = MESSAGE_ROLES.get(item.role)
+            if role is None:
+                raise MappingError(f"{where}: unsupported message role {item.role!r}")
+            message: dict[str, Any] = {"role": role, "content": _content(item, where)}
+            messages.append(message)
+            if role == "assistant":
+                calls_target = message
+        elif item.kind == cv.Item.FUNCTION_CALL_OUTPUT:
+            if not item.call_id:
+                raise MappingError(f"{where}: a function call output needs call_id")
+            if item.images:
+                raise MappingError(f"{where}: images in a function call output are not supported")
+            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text})
+        else:
+            raise MappingError(f"{where}: unsupported item kind {item.kind}")
+    return messages
+
+
+def _content(item: cv.Item, where: str) -> str | list[dict[str, Any]]:
+    if not item.images:
+        return item.text
+    if item.role == "assistant":
+        raise MappingError(f"{where}: images in an assistant message are not supported")
+    parts: list[dict[str, Any]] = []
+    if item.text:
+        parts.append({"type": "text", "text": item.text})
+    for image in item.images:
+        if not image.url:
+            raise MappingError(
+                f"{where}: an input image given only by file_id cannot be sent to this backend"
+            )
+        image_url = {"url": image.url}
+        if image.detail:
+            image_url["detail"] = image.detail
+        parts.append({"type": "image_url", "image_url": image_url})
+    return parts
+
+
+def chat_tools(tools: Iterable[cv.Tool]) -> list[dict[str, Any]]:
+    out = []
+    for tool in tools:
+        function: dict[str, Any] = {"name": tool.name}
+        if tool.description:
+            function["description"] = tool.description
+        if tool.parameters_json:
+            try:
+                function["parameters"] = json.loads(tool.parameters_json)
+            except json.JSONDecodeError as exc:
+                raise MappingError(f"tool {tool.name!r}: parameters are not JSON: {exc}") from exc
+        if tool.strict:
+            function["strict"] = True
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def chat_tool_choice(choice: str, tool_names: Sequence[str]) -> str | dict[str, Any] | None:
+    """None means: leave it to the API (auto when there are tools)."""
+    if not choice:
+        return None
+    if choice in TOOL_CHOICE_MODES:
+        return choice
+    if choice not in tool_names:
+        raise MappingError(f"tool_choice {choice!r} is not among the tools")
+    return {"type": "function", "function": {"name": choice}}
+
+
+def chat_params(request: pb.GenerateRequest) -> dict[str, Any]:
+    """Keyword arguments of ``chat.completions.create`` (without ``stream``)."""
+    if not request.model:
+        raise MappingError("model is required")
+    params: dict[str, Any] = {
+        "model": request.model,
+        "messages": chat_messages(request.instructions, request.items),
+    }
+    if not params["messages"]:
+        raise MappingError("the conversation has no messages")
+    if request.tools:
+        params["tools"] = chat_tools(request.tools)
+        choice = chat_tool_choice(request.tool_choice, [t.name for t in request.tools])
+        if choice is not None:
+            params["tool_choice"] = choice
+        params["parallel_tool_calls"] = request.parallel_tool_calls
+    sampling = request.sampling
+    if sampling.max_output_tokens < 0:
+        raise MappingError("sampling.max_output_tokens must be >= 0")
+    params["temperature"] = sampling.temperature
+    if sampling.top_p:
+        params["top_p"] = sampling.top_p
+    if sampling.seed:
+        params["seed"] = sampling.seed
+    if sampling.max_output_tokens:
+        params["max_completion_tokens"] = sampling.max_output_tokens
+    return params
+
+
+# ---- stream ------------------------------------------------------------------------
+
+
+class ChunkMapper:
+    """Chunks in, contract events out. ``feed`` each chunk, then ``finish`` (a complete
+    stream) or ``abort`` (a broken one: closes the open item)."""
+
+    def __init__(self, fallback_input_tokens: int = 0) -> None:
+        self.fallback_input_tokens = fallback_input_tokens
+        self.emitted = False  # any event out yet (after that, no silent retry)
+        self.delta_tokens = 0
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.time_info: dict[str, Any] | None = None
+        self._open: str | None = None  # "message" | "call"
+        self._call_index: int | None = None
+        self._closed_calls: set[int] = set()
+        self._calls = 0
+
+    def feed(self, chunk: dict[str, Any]) -> list[pb.GenerateEvent]:
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        if chunk.get("time_info"):
+            self.time_info = chunk["time_info"]
+        events: list[pb.GenerateEvent] = []
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue  # one completion is requested (n=1)
+            delta = choice.get("delta") or {}
+            token_ids = delta.get("tokens") or choice.get("tokens")
+            tokens = [len(token_ids) if token_ids else 1]  # for the chunk's first Delta
+
+            content = delta.get("content")
+            if content:
+                if self._open != "message":
+                    events += self._close()
+                    events.append(_started(pb.ItemStarted(kind=pb.ItemStarted.MESSAGE)))
+                    self._open = "message"
+                events.append(self._delta(content, tokens))
+            for call in delta.get("tool_calls") or ():
+                events += self._call_fragment(call, tokens)
+
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        self.emitted = self.emitted or bool(events)
+        return events
+
+    def _call_fragment(self, call: dict[str, Any], tokens: list[int]) -> list[pb.GenerateEvent]:
+        events: list[pb.GenerateEvent] = []
+        index = call.get("index")
+        if index is None:
+            # Tolerated though not the format: an id starts a new call, else it continues.
+            fresh = call.get("id") or self._open != "call"
+            index = -1 - self._calls if fresh else self._call_index
+        function = call.get("function") or {}
+        if self._open != "call" or index != self._call_index:
+            if index in self._closed_calls:
+                raise StreamProtocolError(f"tool call {index} continued after another item began")
+            name = function.get("name")
+            if not name:
+                raise StreamProtocolError(f"tool call {index} started without a function name")
+            events += self._close()
+            call_id = call.get("id") or ids.new_id("call")
+            events.append(
+                _started(
+                    pb.ItemStarted(kind=pb.ItemStarted.FUNCTION_CALL, call_id=call_id, name=name)
+                )
+            )
+            self._open, self._call_index = "call", index
+            self._calls += 1
+        arguments = function.get("arguments")
+        if arguments:
+            events.append(self._delta(arguments, tokens))
+        return events
+
+    def _delta(self, text: str, tokens: list[int]) -> pb.GenerateEvent:
+        count, tokens[0] = tokens[0], 0
+        self.delta_tokens += count
+        return pb.GenerateEvent(delta=pb.Delta(text=text, tokens=count))
+
+    def _close(self) -> list[pb.GenerateEvent]:
+        if self._open is None:
+            return []
+        if self._open == "call" and self._call_index is not None:
+            self._closed_calls.add(self._call_index)
+        self._open, self._call_index = None, None
+        return [pb.GenerateEvent(item_done=pb.ItemDone())]
+
+    def abort(self) -> list[pb.GenerateEvent]:
+        """Close whatever item is open (the stream broke)."""
+        return self._close()
+
+    def finish(self) -> tuple[list[pb.GenerateEvent], str, pb.Usage]:
+        """Close the open item; the contract's finish reason and usage. Raises
+        ``StreamProtocolError`` when the stream ended without a finish reason."""
+        if self.finish_reason is None:
+            raise StreamProtocolError("the stream ended without a finish reason")
+        reason = FINISH_REASONS.get(self.finish_reason)
+        if reason is None:
+            raise StreamProtocolError(f"unknown finish reason {self.finish_reason!r}")
+        if reason == "stop" and self._calls:
+            reason = "tool_calls"
+        return self._close(), reason, self._usage()
+
+    def _usage(self) -> pb.Usage:
+        usage = self.usage or {}
+        details = usage.get("prompt_tokens_details") or {}
+        prompt = usage.get("prompt_tokens")
+        completion = usage.get("completion_tokens")
+        return pb.Usage(
+            input_tokens=self.fallback_input_tokens if prompt is None else int(prompt),
+            cached_tokens=int(details.get("cached_tokens") or 0),
+            output_tokens=self.delta_tokens if completion is None else int(completion),
+        )
+
+
+def _started(started: pb.ItemStarted) -> pb.GenerateEvent:
+    return pb.GenerateEvent(item_started=started)

@@ -1,0 +1,328 @@
+"""A local stand-in for Cerebras' chat completions API, for the worker's Cerebras tests.
+
+It speaks the streaming wire format the Cerebras SDK parses (``POST
+/v1/chat/completions``; the SDK joins its base URL, the host root, with that path):
+
+- ``text/event-stream``; one ``data: <chat.completion.chunk JSON>`` event per chunk,
+  each ended by a blank line; the last event ``data: [DONE]``;
+- chunk: ``id``, ``object: "chat.completion.chunk"``, ``created``, ``model``,
+  ``system_fingerprint``, ``choices: [{index: 0, delta: {...}, finish_reason?}]``; the
+  first delta is ``{"role": "assistant"}``; the final chunk has ``finish_reason`` with
+  an empty delta, plus ``usage`` (``prompt_tokens``, ``completion_tokens``,
+  ``total_tokens``, ``prompt_tokens_details.cached_tokens``) and ``time_info``
+  (``queue_time``, ``prompt_time``, ``completion_time``, ``total_time`` in seconds, and
+  ``created``);
+- tool calls in ``delta.tool_calls[]``: ``index``, ``id``, ``type: "function"``,
+  ``function: {name, arguments}`` on an index's first fragment, later fragments only
+  ``index`` and ``function.arguments``;
+- an in-stream failure is a ``data: {"error": {message, type, code}, "status_code": N}``
+  event (the SDK raises the status error for N), and the stream ends there;
+- HTTP errors have a JSON body ``{message, type, param, code}``; 429s may carry
+  ``retry-after`` / ``retry-after-ms``.
+
+The scenario is the request's ``model`` (see ``SCENARIOS``). Requests are checked
+against ``api_key`` (``Authorization: Bearer <key>``; 401 otherwise) and recorded in
+``requests`` so tests can assert what the adapter sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+TEXT = ["Hello", ", world", "!"]
+CALL_ID = "9f1c2e7a4"
+CALL_NAME = "get_weather"
+CALL_ARGUMENT_FRAGMENTS = ['{"city":', ' "Paris",', ' "unit": "c"}']
+CALL_ARGUMENTS = "".join(CALL_ARGUMENT_FRAGMENTS)
+PARALLEL_CALLS = [
+    ("a81f3c0d2", "add", '{"a": 2, "b": 3}'),
+    ("b249e0b3f", "multiply", '{"a": 2, "b": 3}'),
+]
+USAGE = {
+    "prompt_tokens": 277,
+    "completion_tokens": 25,
+    "total_tokens": 302,
+    "prompt_tokens_details": {"cached_tokens": 256},
+}
+TIME_INFO = {
+    "queue_time": 0.000412,
+    "prompt_time": 0.003125,
+    "completion_time": 0.015625,
+    "total_time": 0.0205,
+}
+STREAM_ERROR_MESSAGE = "The model is overloaded; the stream was interrupted."
+
+SCENARIOS = (
+    "fake-text",  # three content chunks, finish "stop"
+    "fake-tool-call",  # one call, arguments in three fragments, finish "tool_calls"
+    "fake-parallel-tool-calls",  # two whole calls in one chunk (as Cerebras sends them)
+    "fake-text-then-tool-call",  # content, then a call
+    "fake-length",  # content, finish "length"
+    "fake-no-usage",  # content, finish "stop", no usage / time_info
+    "fake-rate-limited-then-ok",  # 429 for the first `rate_limit_failures` calls, then text
+    "fake-rate-limited",  # 429 always
+    "fake-stream-rate-limited",  # an in-stream 429 error event before any output
+    "fake-bad-request",  # 400
+    "fake-server-error",  # 500
+    "fake-stream-error",  # content, then an in-stream error event
+    "fake-broken-stream",  # content, then the connection drops
+    "fake-unfinished",  # content, then the body ends without a finish reason or [DONE]
+    "fake-slow",  # content, then keep-alive comments until the client goes away
+)
+
+
+class _DropConnection(Exception):
+    """Raised inside a response stream: the server aborts the connection mid-body."""
+
+
+class _QuietDrops(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], _DropConnection))
+
+
+@dataclass
+class RecordedRequest:
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+@dataclass
+class CerebrasFake:
+    api_key: str = "test"
+    requests: list[RecordedRequest] = field(default_factory=list)
+    disconnects: list[str] = field(default_factory=list)  # streams the client cut
+    rate_limit_failures: int = 1
+    rate_limit_headers: dict[str, str] = field(default_factory=lambda: {"retry-after-ms": "200"})
+    attempts: Counter = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self.disconnected = threading.Event()  # set with each entry of `disconnects`
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.base_url = ""
+
+    # ---- lifecycle ----
+
+    def start(self) -> CerebrasFake:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{port}"
+        app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
+        config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the Cerebras fake did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+
+    def reset(self) -> None:
+        self.requests.clear()
+        self.disconnects.clear()
+        self.disconnected.clear()
+        self.attempts.clear()
+        self.rate_limit_failures = 1
+        self.rate_limit_headers = {"retry-after-ms": "200"}
+
+    def __enter__(self) -> CerebrasFake:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- the API ----
+
+    async def _chat(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(RecordedRequest(body=body, headers=dict(request.headers)))
+        if request.headers.get("authorization") != f"Bearer {self.api_key}":
+            return _api_error(401, "Wrong API Key", "invalid_request_error", "wrong_api_key")
+        model = body.get("model", "")
+        self.attempts[model] += 1
+        if model == "fake-rate-limited" or (
+            model == "fake-rate-limited-then-ok"
+            and self.attempts[model] <= self.rate_limit_failures
+        ):
+            return _api_error(
+                429,
+                "Requests per minute limit exceeded - too many requests sent.",
+                "too_many_requests_error",
+                "request_quota_exceeded",
+                headers=self.rate_limit_headers,
+            )
+        if model == "fake-bad-request":
+            return _api_error(
+                400,
+                "Tool 'get_weather' has an invalid parameters schema.",
+                "invalid_request_error",
+                "wrong_api_format",
+            )
+        if model == "fake-server-error":
+            return _api_error(500, "Internal server error", "server_error", "internal_error")
+        if body.get("stream") is not True:
+            return _api_error(400, "this fake only streams", "invalid_request_error", "bad")
+        return StreamingResponse(
+            self._events(model, request), media_type="text/event-stream; charset=utf-8"
+        )
+
+    async def _events(self, model: str, request: Request):
+        chunks = _Chunks(model)
+        yield chunks.frame({"role": "assistant"})
+        if model == "fake-stream-rate-limited":
+            yield _data(
+                {
+                    "error": {
+                        "message": "Too many requests in flight.",
+                        "type": "too_many_requests_error",
+                        "code": "queue_exceeded",
+                    },
+                    "status_code": 429,
+                }
+            )
+            return
+        if model == "fake-tool-call":
+            for frame in chunks.tool_call_frames():
+                yield frame
+        elif model == "fake-parallel-tool-calls":
+            calls = [
+                {
+                    "function": {"name": name, "arguments": arguments},
+                    "type": "function",
+                    "id": call_id,
+                    "index": index,
+                }
+                for index, (call_id, name, arguments) in enumerate(PARALLEL_CALLS)
+            ]
+            yield chunks.frame({"tool_calls": calls})
+        else:
+            for text in TEXT:
+                yield chunks.frame({"content": text})
+            if model == "fake-text-then-tool-call":
+                for frame in chunks.tool_call_frames():
+                    yield frame
+        if model == "fake-stream-error":
+            yield _data(
+                {
+                    "error": {
+                        "message": STREAM_ERROR_MESSAGE,
+                        "type": "server_error",
+                        "code": "stream_interrupted",
+                    },
+                    "status_code": 500,
+                }
+            )
+            return
+        if model == "fake-broken-stream":
+            raise _DropConnection
+        if model == "fake-unfinished":
+            return
+        if model == "fake-slow":
+            completed = False
+            try:
+                for _ in range(1500):  # up to 30 s
+                    await asyncio.sleep(0.02)
+                    if await request.is_disconnected():
+                        return
+                    yield ": keep-alive\n\n"
+                completed = True
+            finally:
+                if not completed:
+                    self.disconnects.append(model)
+                    self.disconnected.set()
+            return
+        reason = {
+            "fake-length": "length",
+            "fake-tool-call": "tool_calls",
+            "fake-parallel-tool-calls": "tool_calls",
+            "fake-text-then-tool-call": "tool_calls",
+        }.get(model, "stop")
+        yield chunks.frame({})
+        extra = {} if model == "fake-no-usage" else {"usage": USAGE, "time_info": TIME_INFO}
+        yield chunks.frame({}, finish_reason=reason, **extra)
+        yield "data: [DONE]\n\n"
+
+
+class _Chunks:
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.id = f"chatcmpl-{time.monotonic_ns():x}"
+        self.created = int(time.time())
+
+    def frame(self, delta: dict[str, Any], finish_reason: str | None = None, **extra) -> str:
+        choice: dict[str, Any] = {"delta": delta, "index": 0}
+        if finish_reason is not None:
+            choice["finish_reason"] = finish_reason
+        chunk = {
+            "id": self.id,
+            "choices": [choice],
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": "fp_fake",
+            "object": "chat.completion.chunk",
+            **extra,
+        }
+        if "time_info" in chunk:
+            chunk["time_info"] = {**chunk["time_info"], "created": time.time()}
+        return _data(chunk)
+
+    def tool_call_frames(self) -> list[str]:
+        first, *rest = CALL_ARGUMENT_FRAGMENTS
+        frames = [
+            self.frame(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": CALL_ID,
+                            "type": "function",
+                            "function": {"name": CALL_NAME, "arguments": first},
+                        }
+                    ]
+                }
+            )
+        ]
+        frames += [
+            self.frame({"tool_calls": [{"index": 0, "function": {"arguments": fragment}}]})
+            for fragment in rest
+        ]
+        return frames
+
+
+def _data(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+
+
+def _api_error(
+    status: int, message: str, type_: str, code: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        {"message": message, "type": type_, "param": "", "code": code},
+        status_code=status,
+        headers=headers,
+    )

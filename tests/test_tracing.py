@@ -1,0 +1,638 @@
+"""Tracing end to end: a stack of its own exports OTLP to a receiver in this test, and
+one response must be one trace across every service, with parentage across every hop.
+
+The receiver speaks real OTLP/gRPC (the collector's TraceService), so this checks the
+exporters' configuration from the standard ``OTEL_*`` variables too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+import httpx
+import pytest
+from devstack import LocalStack, StackConfig, StackError
+from gateway import billing_outbox, tracing
+from gateway.billing_outbox import BillingOutbox
+from gateway.engine import RequestContext
+from gateway.errors import ApiError, invalid
+from gateway.pipelines import SPRINT
+from openai import OpenAI
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.trace.v1 import trace_pb2
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from turnpike import telemetry
+from turnpike.billing.v1 import billing_pb2
+from websockets.sync.client import connect as ws_connect
+
+SERVER = trace_pb2.Span.SPAN_KIND_SERVER
+CLIENT = trace_pb2.Span.SPAN_KIND_CLIENT
+SPAN_WAIT_S = 15.0
+
+HTTP_ROOT = "POST /v1/responses"  # FastAPI's span for the HTTP request
+RESPONSE = "response.create"  # the gateway's span for one response
+DELIVERY = "billing.deliver_usage"
+RPC = {
+    "classify": "/turnpike.safety.v1.Safety/Classify",
+    "render": "/turnpike.tokenizer.v1.Tokenizer/Render",
+    "resolve": "/turnpike.router.v1.Router/ResolveModel",
+    "route": "/turnpike.router.v1.Router/Route",
+    "generate": "/turnpike.inference.v1.Inference/Generate",
+    "proxy": "/turnpike.imageres.v1.ImageResolver/ProxyGenerate",
+    "usage": "/turnpike.billing.v1.Billing/RecordUsage",
+}
+
+WEATHER_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+QUESTION = "What is the weather in Paris?"
+
+
+# -- an OTLP/gRPC receiver ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Span:
+    service: str
+    name: str
+    kind: int
+    trace_id: str
+    span_id: str
+    parent_id: str  # "" for a root
+    attributes: dict
+    links: tuple[tuple[str, str], ...]  # (trace id, span id)
+    start_ns: int
+    end_ns: int
+
+
+def _value(any_value) -> object:
+    kind = any_value.WhichOneof("value")
+    return getattr(any_value, kind) if kind else None
+
+
+class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spans: list[Span] = []
+
+    def Export(self, request, context):
+        received = []
+        for resource_spans in request.resource_spans:
+            resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    received.append(
+                        Span(
+                            service=str(resource.get("service.name")),
+                            name=span.name,
+                            kind=span.kind,
+                            trace_id=span.trace_id.hex(),
+                            span_id=span.span_id.hex(),
+                            parent_id=span.parent_span_id.hex(),
+                            attributes={a.key: _value(a.value) for a in span.attributes},
+                            links=tuple(
+                                (link.trace_id.hex(), link.span_id.hex()) for link in span.links
+                            ),
+                            start_ns=span.start_time_unix_nano,
+                            end_ns=span.end_time_unix_nano,
+                        )
+                    )
+        with self._lock:
+            self._spans.extend(received)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+    def spans(self) -> list[Span]:
+        with self._lock:
+            return list(self._spans)
+
+    def wait_for(self, what: str, found: Callable[[list[Span]], object]) -> object:
+        """Poll until ``found(spans)`` is truthy (it is then returned), or fail."""
+        deadline = time.monotonic() + SPAN_WAIT_S
+        while True:
+            result = found(self.spans())
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                summary = "\n".join(f"  {s.service} {s.name}" for s in self.spans())
+                pytest.fail(f"no {what} within {SPAN_WAIT_S:g} s; received:\n{summary}")
+            time.sleep(0.05)
+
+
+@dataclass
+class Traced:
+    receiver: Receiver
+    base_url: str
+    ws_url: str
+    api_key: str
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
+    receiver = Receiver()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    config = StackConfig.on_free_ports(
+        workers=1,
+        state_dir=tmp_path_factory.mktemp("traced-stack"),
+        inherit_turnpike_env=False,
+        extra_env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+            "OTEL_EXPORTER_OTLP_INSECURE": "true",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_TRACES_SAMPLER": "parentbased_always_on",
+            "OTEL_PROPAGATORS": "tracecontext,baggage",
+            "OTEL_SDK_DISABLED": "false",
+            # Export within a fifth of a second, so the test waits little.
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
+        },
+    )
+    stack = LocalStack(config)
+    try:
+        stack.start()
+    except StackError as exc:
+        server.stop(0)
+        pytest.fail(f"the traced stack did not start: {exc}", pytrace=False)
+    endpoints = stack.endpoints
+    try:
+        serve_one_response(endpoints.base_url, endpoints.api_key)
+        yield Traced(receiver, endpoints.base_url, endpoints.ws_url, endpoints.api_key)
+    finally:
+        stack.stop()
+        server.stop(0)
+
+
+def serve_one_response(base_url: str, api_key: str, within_s: float = 30.0) -> None:
+    """Wait until the stack serves a response: "ready" means every process answers its
+    health check, but the router may not have seen the worker come up yet (it polls)."""
+    deadline = time.monotonic() + within_s
+    with httpx.Client(base_url=base_url, timeout=10, trust_env=False) as http:
+        while True:
+            reply = http.post(
+                "/responses",
+                headers={"Authorization": f"Bearer {api_key}"},
+                json={"model": "turnpike-sim", "input": "hi", "max_output_tokens": 16},
+            )
+            if reply.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    assert reply.status_code == 200, reply.text
+
+
+# -- trace shape -----------------------------------------------------------------------
+
+
+def response_span(spans: list[Span], response_id: str) -> Span | None:
+    for span in spans:
+        if span.service == "gateway" and span.attributes.get("turnpike.response.id") == response_id:
+            return span
+    return None
+
+
+def trace_of(spans: list[Span], trace_id: str) -> list[Span]:
+    return [s for s in spans if s.trace_id == trace_id]
+
+
+def server_spans(spans: list[Span], service: str, rpc: str) -> list[Span]:
+    return [s for s in spans if s.service == service and s.kind == SERVER and s.name == rpc]
+
+
+def wait_for_trace(traced: Traced, response_id: str, services: set[str]) -> tuple[Span, list]:
+    """The response's span and its whole trace, once every service has reported."""
+
+    def complete(spans):
+        response = response_span(spans, response_id)
+        if response is None:
+            return None
+        members = trace_of(spans, response.trace_id)
+        reported = {s.service for s in members if s.kind == SERVER} | {"gateway"}
+        known = {s.span_id for s in members}
+        # A parent ends (and is exported) after its children: wait for every one.
+        dangling = [s for s in members if s.parent_id and s.parent_id not in known]
+        return (response, members) if services <= reported and not dangling else None
+
+    return traced.receiver.wait_for(f"complete trace of {response_id}", complete)
+
+
+def check_hops(members: list[Span]) -> None:
+    """Every backend server span is the child of the caller's client span for the same RPC,
+    and every client span has exactly one server span below it (context crossed the hop)."""
+    by_id = {s.span_id: s for s in members}
+    for span in members:
+        if span.kind != SERVER or span.service == "gateway":  # the gateway's are roots
+            continue
+        parent = by_id.get(span.parent_id)
+        assert parent is not None, f"{span.service} {span.name} has no parent:\n{tree(members)}"
+        assert parent.kind == CLIENT and parent.name == span.name, tree(members)
+        assert parent.service != span.service
+    for span in members:
+        if span.kind == CLIENT:
+            children = [s for s in members if s.parent_id == span.span_id and s.kind == SERVER]
+            assert len(children) == 1, f"{span.service} {span.name}:\n{tree(members)}"
+
+
+def parent_of(members: list[Span], span: Span) -> Span:
+    [parent] = [s for s in members if s.span_id == span.parent_id]
+    return parent
+
+
+def check_stages(response: Span, members: list[Span], expected: set[str]) -> dict[str, Span]:
+    """Stage spans are the response span's children; each gateway RPC sits under its stage."""
+    stages = {s.name: s for s in members if s.name.startswith("stage.")}
+    assert expected <= set(stages), tree(members)
+    for stage in stages.values():
+        assert stage.service == "gateway" and stage.parent_id == response.span_id, tree(members)
+    gateway_calls = {s.name: s for s in members if s.service == "gateway" and s.kind == CLIENT}
+    for rpc, stage in [
+        ("resolve", "stage.resolve_model"),
+        ("classify", "stage.safety"),
+        ("render", "stage.render"),
+        ("route", "stage.route"),
+    ]:
+        assert gateway_calls[RPC[rpc]].parent_id == stages[stage].span_id, rpc
+    return stages
+
+
+def check_no_strays(spans: list[Span]) -> None:
+    """No health check anywhere, and every root is a response or a billing delivery: a
+    span that lost its context (a new root) or an untraced-by-design endpoint would show."""
+    assert not [s for s in spans if "grpc.health" in s.name.lower()]
+    assert not [s for s in spans if "healthz" in s.name or "readyz" in s.name]
+    roots = [s for s in spans if not s.parent_id]
+    assert roots
+    for root in roots:
+        assert root.service == "gateway", root
+        assert root.name in (HTTP_ROOT, RESPONSE, DELIVERY), root
+
+
+def check_no_orphans(receiver: Receiver) -> list[Span]:
+    """Every span's parent arrives (a parent ends, so is exported, after its children)."""
+
+    def complete(spans):
+        known = {s.span_id for s in spans}
+        return spans if not [s for s in spans if s.parent_id and s.parent_id not in known] else None
+
+    return receiver.wait_for("the parent of every span", complete)
+
+
+# -- the tests -------------------------------------------------------------------------
+
+
+def test_one_http_response_is_one_trace_across_every_service(traced: Traced) -> None:
+    # The probes the launcher made while starting, plus explicit ones, must stay untraced.
+    with httpx.Client(base_url=traced.base_url.removesuffix("/v1"), trust_env=False) as http:
+        assert http.get("/healthz").status_code == 200
+        assert http.get("/readyz").status_code == 200
+    with OpenAI(base_url=traced.base_url, api_key=traced.api_key, max_retries=0) as client:
+        response = client.responses.create(
+            model="turnpike-sim", input=QUESTION, tools=[WEATHER_TOOL]
+        )
+    assert response.status == "completed"
+    assert [item.type for item in response.output][-1] == "function_call"
+
+    span, members = wait_for_trace(
+        traced, response.id, {"gateway", "safety", "tokenizer", "router", "worker"}
+    )
+    # FastAPI's span for the HTTP request is the root; the response's span its child.
+    root = parent_of(members, span)
+    assert root.name == HTTP_ROOT and root.parent_id == "" and root.kind == SERVER
+    assert root.service == "gateway"
+    assert root.attributes["http.response.status_code"] == 200
+    assert span.name == RESPONSE
+    assert span.attributes["turnpike.tenant"] == "dev"
+    assert span.attributes["turnpike.pipeline"] == "sprint"
+    assert span.attributes["turnpike.transport"] == "http"
+    assert span.attributes["turnpike.model"] == "turnpike-sim"
+    assert span.attributes["turnpike.response.status"] == "completed"
+    check_hops(members)
+    stages = check_stages(
+        span,
+        members,
+        {
+            "stage.validate_history",
+            "stage.resolve_model",
+            "stage.safety",
+            "stage.render",
+            "stage.route",
+            "stage.generate",
+            "stage.finalize",
+        },
+    )
+    [generate] = [s for s in members if s.service == "gateway" and s.name == RPC["generate"]]
+    assert generate.kind == CLIENT and generate.parent_id == stages["stage.generate"].span_id
+    [worker] = server_spans(members, "worker", RPC["generate"])
+    assert worker.parent_id == generate.span_id
+    # Background billing is not part of the response's trace ...
+    assert not [s for s in members if s.service == "billing"]
+
+    # ... but its delivery links to it, and billing's own span is below the delivery.
+    def delivery(spans):
+        for candidate in spans:
+            if candidate.name == DELIVERY and (span.trace_id, span.span_id) in candidate.links:
+                billing = server_spans(trace_of(spans, candidate.trace_id), "billing", RPC["usage"])
+                return (candidate, billing) if billing else None
+        return None
+
+    deliver, [billing] = traced.receiver.wait_for("linked billing delivery", delivery)
+    assert deliver.service == "gateway" and deliver.parent_id == ""
+    assert deliver.trace_id != span.trace_id
+    assert deliver.attributes["turnpike.billing.event_id"] == response.id
+    billing_trace = trace_of(traced.receiver.spans(), deliver.trace_id)
+    check_hops(billing_trace)
+    assert parent_of(billing_trace, parent_of(billing_trace, billing)) == deliver
+    check_no_strays(check_no_orphans(traced.receiver))
+
+
+def test_the_legacy_pipeline_traces_the_image_hop(traced: Traced) -> None:
+    reply = httpx.post(
+        traced.base_url + "/responses",
+        headers={
+            "Authorization": f"Bearer {traced.api_key}",
+            "X-Turnpike-Pipeline": "legacy",
+        },
+        json={"model": "turnpike-sim", "input": QUESTION, "tools": [WEATHER_TOOL]},
+        timeout=30,
+        trust_env=False,
+    )
+    assert reply.status_code == 200, reply.text
+    response_id = reply.json()["id"]
+    span, members = wait_for_trace(
+        traced,
+        response_id,
+        {"gateway", "safety", "tokenizer", "router", "imageres", "worker", "billing"},
+    )
+    assert span.attributes["turnpike.pipeline"] == "legacy"
+    assert parent_of(members, span).name == HTTP_ROOT
+    check_hops(members)
+    stages = check_stages(
+        span, members, {"stage.safety", "stage.render", "stage.route", "stage.generate"}
+    )
+    # gateway -> imageres (ProxyGenerate) -> worker (Generate), one chain.
+    [worker] = server_spans(members, "worker", RPC["generate"])
+    proxy_call = parent_of(members, worker)
+    assert proxy_call.service == "imageres" and proxy_call.kind == CLIENT
+    proxy = parent_of(members, proxy_call)
+    assert proxy.service == "imageres" and proxy.kind == SERVER and proxy.name == RPC["proxy"]
+    gateway_call = parent_of(members, proxy)
+    assert gateway_call.service == "gateway" and gateway_call.kind == CLIENT
+    assert gateway_call.parent_id == stages["stage.generate"].span_id
+    # Legacy bills before the terminal event, on the response's own path.
+    [billing] = server_spans(members, "billing", RPC["usage"])
+    assert parent_of(members, parent_of(members, billing)) == stages["stage.finalize"]
+    check_no_strays(check_no_orphans(traced.receiver))
+
+
+def test_one_websocket_response_is_one_trace(traced: Traced) -> None:
+    with ws_connect(
+        traced.ws_url,
+        additional_headers={"Authorization": f"Bearer {traced.api_key}"},
+        open_timeout=10,
+    ) as sock:
+        sock.send(
+            json.dumps(
+                {
+                    "type": "response.create",
+                    "model": "turnpike-sim",
+                    "input": QUESTION,
+                    "tools": [WEATHER_TOOL],
+                }
+            )
+        )
+        while True:
+            event = json.loads(sock.recv(timeout=30))
+            if event["type"] in ("response.completed", "response.failed", "error"):
+                break
+    assert event["type"] == "response.completed", event
+    response_id = event["response"]["id"]
+    span, members = wait_for_trace(
+        traced, response_id, {"gateway", "safety", "tokenizer", "router", "worker"}
+    )
+    # No span per connection: the response's own span is the root of its trace.
+    assert span.name == RESPONSE and span.parent_id == "" and span.kind == SERVER
+    assert span.attributes["turnpike.transport"] == "websocket"
+    assert span.attributes["turnpike.pipeline"] == "connection"
+    check_hops(members)
+    check_stages(span, members, {"stage.safety", "stage.render", "stage.generate"})
+    check_no_strays(check_no_orphans(traced.receiver))
+
+
+def tree(members: list[Span]) -> str:
+    """The trace as an indented outline (for failure messages)."""
+    kinds = {SERVER: "server", CLIENT: "client"}
+    lines: list[str] = []
+
+    def walk(parent_id: str, depth: int) -> None:
+        for span in sorted(members, key=lambda s: s.start_ns):
+            if span.parent_id == parent_id:
+                ms = (span.end_ns - span.start_ns) / 1e6
+                kind = kinds.get(span.kind, "internal")
+                lines.append(f"{'  ' * depth}{span.service}: {span.name} [{kind}] {ms:.1f} ms")
+                walk(span.span_id, depth + 1)
+
+    known = {s.span_id for s in members}
+    for span in members:
+        if not span.parent_id or span.parent_id not in known:
+            walk(span.parent_id, 0)
+            break
+    return "\n".join(lines)
+
+
+# -- in-process pieces, with a local tracer provider (the global one stays untouched) -------
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def provider(exporter: InMemorySpanExporter) -> TracerProvider:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider
+
+
+@pytest.fixture
+def local_tracer(provider: TracerProvider):
+    return provider.get_tracer("test")
+
+
+class EndedSpans(SpanProcessor):
+    """Spans as they end, to await them (they end in the event loop's thread)."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[ReadableSpan] = asyncio.Queue()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.queue.put_nowait(span)
+
+    async def next(self) -> ReadableSpan:
+        return await asyncio.wait_for(self.queue.get(), 5)
+
+
+async def test_a_server_stream_span_ends_with_the_rpc_however_far_the_caller_read(
+    provider, local_tracer
+) -> None:
+    """The gateway stops reading at the worker's ``finished`` event; the client span must
+    end anyway (with the RPC's status), and the call must carry the trace context."""
+    seen_metadata: list[dict[str, str]] = []
+
+    async def stream(request: bytes, context: grpc.aio.ServicerContext):
+        seen_metadata.append({m.key: m.value for m in context.invocation_metadata()})
+        if request == b"fail":
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "worker gone")
+        for chunk in (b"a", b"b", b"finished"):
+            yield chunk
+
+    handler = grpc.method_handlers_generic_handler(
+        "test.Streams", {"Stream": grpc.unary_stream_rpc_method_handler(stream)}
+    )
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers([handler])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    ended = EndedSpans()
+    provider.add_span_processor(ended)
+    interceptor = telemetry._stream_span_interceptor_class()(local_tracer)
+    try:
+        async with grpc.aio.insecure_channel(
+            f"127.0.0.1:{port}", interceptors=[interceptor]
+        ) as channel:
+            call_stream = channel.unary_stream("/test.Streams/Stream")
+            async for chunk in call_stream(b"go", timeout=5):
+                if chunk == b"finished":
+                    break  # like the gateway: stop at the last expected message
+            ok = await ended.next()
+            with pytest.raises(grpc.aio.AioRpcError):
+                async for _ in call_stream(b"fail", timeout=5):
+                    pass
+            failed = await ended.next()
+    finally:
+        await server.stop(None)
+    assert ok.name == failed.name == "/test.Streams/Stream"
+    assert ok.kind == SpanKind.CLIENT
+    assert ok.attributes["rpc.grpc.status_code"] == grpc.StatusCode.OK.value[0]
+    assert ok.status.status_code == StatusCode.UNSET
+    assert failed.attributes["rpc.grpc.status_code"] == grpc.StatusCode.UNAVAILABLE.value[0]
+    assert failed.status.status_code == StatusCode.ERROR
+    # The server got each call's own span as its parent (W3C traceparent).
+    for span, metadata in zip((ok, failed), seen_metadata, strict=True):
+        assert metadata["traceparent"].split("-")[1:3] == [
+            f"{span.context.trace_id:032x}",
+            f"{span.context.span_id:016x}",
+        ]
+
+
+class FlakyBilling:
+    """A billing stub that is unavailable ``failures`` times, then records."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.recorded: list[billing_pb2.UsageEvent] = []
+
+    async def RecordUsage(self, event, timeout=None):
+        if self.failures:
+            self.failures -= 1
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "down"
+            )
+        self.recorded.append(event)
+        return billing_pb2.RecordUsageResponse()
+
+
+async def test_each_billing_delivery_attempt_is_a_new_trace_linked_to_the_response(
+    local_tracer, exporter, monkeypatch
+) -> None:
+    monkeypatch.setattr(billing_outbox, "tracer", local_tracer)
+    stub = FlakyBilling(failures=1)
+    outbox = BillingOutbox(stub)
+    outbox.start()
+    with local_tracer.start_as_current_span("response.create") as response:
+        outbox.submit(billing_pb2.UsageEvent(event_id="resp_1", tenant="dev"))
+    await outbox.close(timeout=5)
+    assert [e.event_id for e in stub.recorded] == ["resp_1"]
+    deliveries = [s for s in exporter.get_finished_spans() if s.name == "billing.deliver_usage"]
+    assert [s.attributes["turnpike.attempt"] for s in deliveries] == [1, 2]
+    assert deliveries[0].status.status_code == StatusCode.ERROR
+    assert deliveries[1].status.status_code == StatusCode.UNSET
+    for span in deliveries:
+        assert span.parent is None
+        assert span.context.trace_id != response.get_span_context().trace_id
+        assert [link.context for link in span.links] == [response.get_span_context()]
+        assert span.attributes["turnpike.billing.event_id"] == "resp_1"
+
+
+async def test_untraced_events_are_delivered_without_links(local_tracer, exporter, monkeypatch):
+    monkeypatch.setattr(billing_outbox, "tracer", local_tracer)
+    outbox = BillingOutbox(FlakyBilling(failures=0))
+    outbox.start()
+    outbox.submit(billing_pb2.UsageEvent(event_id="resp_2"))  # no span is current
+    await outbox.close(timeout=5)
+    [span] = exporter.get_finished_spans()
+    assert span.links == ()
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (invalid("Bad input.", "input", "invalid_value"), StatusCode.UNSET),
+        (ApiError(503, "Backend down.", type="server_error", code="unavailable"), StatusCode.ERROR),
+        (RuntimeError("boom"), StatusCode.ERROR),
+    ],
+)
+def test_a_response_that_fails_to_prepare_ends_its_span(
+    local_tracer, exporter, monkeypatch, error: Exception, status: StatusCode
+) -> None:
+    """Only server-side failures mark the span as an error; a client's 4xx does not."""
+    monkeypatch.setattr(tracing, "tracer", local_tracer)
+    ctx = RequestContext(tenant="dev", pipeline=SPRINT)
+    with pytest.raises(type(error)):
+        with tracing.response_span(ctx, "http", "turnpike-sim"):
+            raise error
+    [span] = exporter.get_finished_spans()
+    assert span.name == "response.create" and span.kind == SpanKind.SERVER
+    assert span.status.status_code == status
+    assert span.attributes["turnpike.tenant"] == "dev"
+
+
+def test_a_prepared_response_span_stays_open_until_the_response_finishes(
+    local_tracer, exporter, monkeypatch
+) -> None:
+    monkeypatch.setattr(tracing, "tracer", local_tracer)
+    ctx = RequestContext(tenant="dev", pipeline=SPRINT)
+    with local_tracer.start_as_current_span("POST /v1/responses") as http_span:
+        with tracing.response_span(ctx, "http", "turnpike-sim") as span:
+            assert span is ctx.span
+    assert [s.name for s in exporter.get_finished_spans()] == ["POST /v1/responses"]
+    tracing.end_response_span(
+        ctx.span,
+        {
+            "status": "failed",
+            "usage": None,
+            "error": {"code": "server_error", "message": "The model failed."},
+        },
+    )
+    finished = exporter.get_finished_spans()[-1]
+    assert finished.name == "response.create" and finished.kind == SpanKind.INTERNAL
+    assert finished.parent.span_id == http_span.get_span_context().span_id
+    assert finished.status.status_code == StatusCode.ERROR
+    assert finished.attributes["turnpike.response.status"] == "failed"

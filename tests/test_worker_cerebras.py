@@ -1,0 +1,665 @@
+"""The worker's Cerebras backend: the pure chat mapping, the adapter against a local fake
+of Cerebras' API (``support.cerebras_fake``), backend selection, and a real worker
+process serving a ``backend="cerebras"`` request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import grpc
+import pytest
+from cerebras.cloud.sdk import AsyncCerebras
+from support import cerebras_fake as fakeapi
+from support.cerebras_fake import CerebrasFake
+from support.procs import free_port, start_service
+from turnpike.config import WorkerSettings
+from turnpike.conversation.v1 import conversation_pb2 as cv
+from turnpike.grpc_client import wait_healthy
+from turnpike.inference.v1 import inference_pb2 as pb
+from turnpike.inference.v1 import inference_pb2_grpc
+from worker.backends import Backends, InvalidRequestError, UnavailableBackend
+from worker.cerebras import CerebrasBackend, parse_retry_after
+from worker.chat_mapping import (
+    ChunkMapper,
+    MappingError,
+    StreamProtocolError,
+    chat_messages,
+    chat_params,
+)
+from worker.server import SERVICE_NAME
+
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+WEATHER = cv.Tool(
+    name="get_weather",
+    description="Weather for a city",
+    parameters_json=json.dumps(WEATHER_SCHEMA),
+    strict=True,
+)
+LOOKUP = cv.Tool(name="lookup", parameters_json='{"type": "object"}')
+
+
+def message(role: str, text: str, images=()) -> cv.Item:
+    return cv.Item(kind=cv.Item.MESSAGE, role=role, text=text, images=list(images))
+
+
+def call(call_id: str, name: str, arguments: str) -> cv.Item:
+    return cv.Item(kind=cv.Item.FUNCTION_CALL, call_id=call_id, name=name, arguments=arguments)
+
+
+def output(call_id: str, text: str) -> cv.Item:
+    return cv.Item(kind=cv.Item.FUNCTION_CALL_OUTPUT, call_id=call_id, text=text)
+
+
+def request(model: str = "fake-text", items=None, **kwargs) -> pb.GenerateRequest:
+    return pb.GenerateRequest(
+        request_id="resp_cerebras",
+        model=model,
+        items=items if items is not None else [message("user", "Weather in Paris?")],
+        **kwargs,
+    )
+
+
+def kinds(events) -> list[str]:
+    return [e.WhichOneof("event") for e in events]
+
+
+def text_of(events) -> str:
+    return "".join(e.delta.text for e in events if e.HasField("delta"))
+
+
+# ---- the request mapping (pure) -------------------------------------------------------
+
+
+def test_messages_keep_roles_with_instructions_first_and_developer_as_system() -> None:
+    image = cv.Image(url="data:image/png;base64,iVBORw0KGgo=", detail="low")
+    messages = chat_messages(
+        "Be brief.",
+        [
+            message("developer", "Answer in French."),
+            message("system", "You are a weather bot."),
+            message("user", "What is this?", images=[image]),
+            message("assistant", "Une carte."),
+        ],
+    )
+    assert messages == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "system", "content": "Answer in French."},
+        {"role": "system", "content": "You are a weather bot."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": image.url, "detail": "low"}},
+            ],
+        },
+        {"role": "assistant", "content": "Une carte."},
+    ]
+
+
+def test_function_calls_become_one_assistant_message_and_outputs_tool_messages() -> None:
+    messages = chat_messages(
+        "",
+        [
+            message("user", "Weather in Paris and Rome?"),
+            call("call_1", "get_weather", '{"city": "Paris", "unit": "c"}'),
+            call("call_2", "get_weather", '{"city": "Rome", "unit": "c"}'),
+            output("call_1", "18 C"),
+            output("call_2", "24 C"),
+            message("assistant", "Let me look that up."),
+            call("call_3", "lookup", "{}"),
+            output("call_3", "nothing"),
+        ],
+    )
+    assert messages == [
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {
+                        "name": "get_weather",
+                        "arguments": '{"city": "Paris", "unit": "c"}',
+                    },
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {
+                        "name": "get_weather",
+                        "arguments": '{"city": "Rome", "unit": "c"}',
+                    },
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 C"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "24 C"},
+        # The model's text and the call it made in the same turn: one message.
+        {
+            "role": "assistant",
+            "content": "Let me look that up.",
+            "tool_calls": [
+                {
+                    "id": "call_3",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_3", "content": "nothing"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [
+        ("", None),
+        ("auto", "auto"),
+        ("none", "none"),
+        ("required", "required"),
+        ("lookup", {"type": "function", "function": {"name": "lookup"}}),
+    ],
+)
+def test_tools_tool_choice_and_sampling(choice, expected) -> None:
+    params = chat_params(
+        request(
+            tools=[WEATHER, LOOKUP],
+            tool_choice=choice,
+            parallel_tool_calls=False,
+            sampling=pb.SamplingParams(temperature=0.7, top_p=0.9, seed=42, max_output_tokens=128),
+        )
+    )
+    assert params["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather for a city",
+                "parameters": WEATHER_SCHEMA,
+                "strict": True,
+            },
+        },
+        {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}},
+    ]
+    assert params.get("tool_choice") == expected
+    assert params["parallel_tool_calls"] is False
+    assert (params["temperature"], params["top_p"], params["seed"]) == (0.7, 0.9, 42)
+    assert params["max_completion_tokens"] == 128
+
+
+def test_unset_sampling_and_no_tools_send_nothing_extra() -> None:
+    params = chat_params(request(tool_choice="auto"))
+    assert set(params) == {"model", "messages", "temperature"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"tools": [WEATHER], "tool_choice": "nope"}, "not among the tools"),
+        ({"tools": [cv.Tool(name="t", parameters_json="{oops")]}, "parameters are not JSON"),
+        (
+            {"items": [message("user", "look", images=[cv.Image(file_id="file_1")])]},
+            "file_id",
+        ),
+        ({"items": [output("", "x")]}, "needs call_id"),
+        ({"items": [message("critic", "x")]}, "unsupported message role"),
+        ({"items": []}, "no messages"),
+    ],
+)
+def test_requests_that_cannot_be_mapped(kwargs, match) -> None:
+    with pytest.raises(MappingError, match=match):
+        chat_params(request(**kwargs))
+
+
+# ---- the chunk mapping (pure) ---------------------------------------------------------
+
+
+def chunk(delta=None, finish_reason=None, **extra) -> dict:
+    choice = {"index": 0, "delta": delta or {}}
+    if finish_reason:
+        choice["finish_reason"] = finish_reason
+    return {"choices": [choice], **extra}
+
+
+def test_chunk_mapper_counts_token_ids_and_closes_items_between_kinds() -> None:
+    mapper = ChunkMapper(fallback_input_tokens=40)
+    events = mapper.feed(chunk({"role": "assistant"}))
+    events += mapper.feed(chunk({"content": "Hi", "tokens": [1, 2]}))
+    events += mapper.feed(
+        chunk({"tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]})
+    )
+    events += mapper.feed(chunk({}, "stop"))
+    closing, reason, usage = mapper.finish()
+    events += closing
+    assert kinds(events) == [
+        "item_started",
+        "delta",
+        "item_done",
+        "item_started",
+        "delta",
+        "item_done",
+    ]
+    assert events[1].delta.tokens == 2 and events[4].delta.tokens == 1
+    assert reason == "tool_calls"  # "stop" after a function call
+    # No usage from the backend: the rendered prompt and the delta tokens stand in.
+    assert (usage.input_tokens, usage.cached_tokens, usage.output_tokens) == (40, 0, 3)
+
+
+def test_chunk_mapper_protocol_errors() -> None:
+    interleaved = ChunkMapper()
+    interleaved.feed(chunk({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f"}}]}))
+    interleaved.feed(chunk({"tool_calls": [{"index": 1, "id": "b", "function": {"name": "g"}}]}))
+    with pytest.raises(StreamProtocolError, match="continued"):
+        interleaved.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}))
+
+    nameless = ChunkMapper()
+    with pytest.raises(StreamProtocolError, match="without a function name"):
+        nameless.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}))
+
+    unfinished = ChunkMapper()
+    unfinished.feed(chunk({"content": "x"}))
+    with pytest.raises(StreamProtocolError, match="without a finish reason"):
+        unfinished.finish()
+    assert kinds(unfinished.abort()) == ["item_done"]
+    assert unfinished.abort() == []
+
+
+def test_content_filter_ends_as_stop() -> None:
+    mapper = ChunkMapper()
+    mapper.feed(chunk({"content": "x"}, "content_filter"))
+    assert mapper.finish()[1] == "stop"
+
+
+def test_retry_after_headers() -> None:
+    assert parse_retry_after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
+    assert parse_retry_after({"retry-after": "1.5"}) == 1.5
+    date = "Wed, 21 Oct 2015 07:28:10 GMT"
+    assert parse_retry_after({"retry-after": date}, now=lambda: 1445412480.0) == 10.0
+    assert parse_retry_after({"retry-after": "soon"}) is None
+    assert parse_retry_after({}) is None
+
+
+# ---- the adapter against the fake -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fake_server() -> Iterator[CerebrasFake]:
+    with CerebrasFake(api_key="test") as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake(fake_server: CerebrasFake) -> CerebrasFake:
+    fake_server.reset()
+    return fake_server
+
+
+@pytest.fixture
+async def make_backend(fake: CerebrasFake) -> AsyncIterator:
+    made: list[CerebrasBackend] = []
+
+    def make(*, api_key: str = "test", base_url: str | None = None, **kwargs) -> CerebrasBackend:
+        client = AsyncCerebras(
+            api_key=api_key,
+            base_url=base_url or fake.base_url,
+            max_retries=0,
+            timeout=5.0,
+            warm_tcp_connection=False,
+        )
+        kwargs.setdefault("max_retry_delay_s", 2.0)
+        made.append(CerebrasBackend("worker-cerebras", client, **kwargs))
+        return made[-1]
+
+    yield make
+    for backend in made:
+        await backend.aclose()
+
+
+async def run(backend: CerebrasBackend, req: pb.GenerateRequest) -> list[pb.GenerateEvent]:
+    return [event async for event in backend.generate(req)]
+
+
+async def test_text_stream_usage_and_timings(fake, make_backend) -> None:
+    started = time.monotonic()
+    events = await run(make_backend(), request("fake-text", instructions="Be brief."))
+    elapsed_ms = (time.monotonic() - started) * 1000
+    assert kinds(events) == ["item_started", "delta", "delta", "delta", "item_done", "finished"]
+    assert events[0].item_started.kind == pb.ItemStarted.MESSAGE
+    assert text_of(events) == "".join(fakeapi.TEXT)
+    assert [e.delta.tokens for e in events if e.HasField("delta")] == [1, 1, 1]
+
+    finished = events[-1].finished
+    assert finished.finish_reason == "stop" and finished.worker_id == "worker-cerebras"
+    usage = finished.usage
+    assert usage.input_tokens == fakeapi.USAGE["prompt_tokens"]
+    assert usage.cached_tokens == fakeapi.USAGE["prompt_tokens_details"]["cached_tokens"]
+    assert usage.output_tokens == fakeapi.USAGE["completion_tokens"]
+    t, info = finished.timings, fakeapi.TIME_INFO
+    assert t.queue_ms == pytest.approx(info["queue_time"] * 1000)
+    assert t.prefill_ms == pytest.approx(info["prompt_time"] * 1000)
+    assert t.decode_ms == pytest.approx(info["completion_time"] * 1000)
+    assert t.total_ms == pytest.approx(info["total_time"] * 1000)
+    assert 0 < t.ttft_ms <= elapsed_ms  # measured here, to the first delta
+
+    [sent] = fake.requests
+    assert sent.headers["authorization"] == "Bearer test"
+    assert sent.body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+    ]
+    assert sent.body["stream"] is True
+    assert sent.body["stream_options"] == {"include_usage": True}
+    assert "tools" not in sent.body
+
+
+async def test_streamed_tool_call_becomes_a_function_call_item(fake, make_backend) -> None:
+    req = request(
+        "fake-tool-call", tools=[WEATHER], tool_choice="get_weather", parallel_tool_calls=True
+    )
+    events = await run(make_backend(), req)
+    assert kinds(events) == ["item_started", "delta", "delta", "delta", "item_done", "finished"]
+    started = events[0].item_started
+    assert started.kind == pb.ItemStarted.FUNCTION_CALL
+    assert (started.call_id, started.name) == (fakeapi.CALL_ID, fakeapi.CALL_NAME)
+    assert text_of(events) == fakeapi.CALL_ARGUMENTS
+    assert json.loads(text_of(events)) == {"city": "Paris", "unit": "c"}
+    assert events[-1].finished.finish_reason == "tool_calls"
+
+    body = fake.requests[0].body
+    assert body["tools"][0]["function"]["name"] == "get_weather"
+    assert body["tools"][0]["function"]["parameters"] == WEATHER_SCHEMA
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert body["parallel_tool_calls"] is True
+
+
+async def test_parallel_calls_in_one_chunk_and_text_before_a_call(fake, make_backend) -> None:
+    backend = make_backend()
+    events = await run(backend, request("fake-parallel-tool-calls", tools=[LOOKUP]))
+    started = [e.item_started for e in events if e.HasField("item_started")]
+    assert [(s.call_id, s.name) for s in started] == [(c[0], c[1]) for c in fakeapi.PARALLEL_CALLS]
+    assert kinds(events).count("item_done") == 2
+    assert text_of(events) == "".join(c[2] for c in fakeapi.PARALLEL_CALLS)
+
+    events = await run(backend, request("fake-text-then-tool-call", tools=[WEATHER]))
+    assert kinds(events)[:5] == ["item_started", "delta", "delta", "delta", "item_done"]
+    assert events[5].item_started.kind == pb.ItemStarted.FUNCTION_CALL
+    assert events[-2].HasField("item_done") and events[-1].finished.finish_reason == "tool_calls"
+
+
+async def test_prior_tool_call_and_output_are_sent_as_tool_calls_and_tool_message(
+    fake, make_backend
+) -> None:
+    items = [
+        message("user", "Weather in Paris?"),
+        call("call_abc", "get_weather", '{"city": "Paris", "unit": "c"}'),
+        output("call_abc", '{"temp": 18}'),
+    ]
+    events = await run(make_backend(), request("fake-text", items=items, tools=[WEATHER]))
+    assert events[-1].HasField("finished")
+    messages = fake.requests[0].body["messages"]
+    assert messages[1] == {
+        "role": "assistant",
+        "tool_calls": [
+            {
+                "id": "call_abc",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "c"}'},
+            }
+        ],
+    }
+    assert messages[2] == {"role": "tool", "tool_call_id": "call_abc", "content": '{"temp": 18}'}
+
+
+async def test_length_finish_and_missing_usage(fake, make_backend) -> None:
+    backend = make_backend()
+    events = await run(backend, request("fake-length"))
+    assert events[-1].finished.finish_reason == "length"
+    events = await run(backend, request("fake-no-usage", prompt_tokens=range(90), image_tokens=10))
+    usage = events[-1].finished.usage
+    assert (usage.input_tokens, usage.output_tokens) == (100, 3)
+
+
+async def test_rate_limit_is_retried_after_the_requested_delay(fake, make_backend) -> None:
+    fake.rate_limit_failures = 2
+    fake.rate_limit_headers = {"retry-after-ms": "300"}
+    started = time.monotonic()
+    events = await run(make_backend(max_retries=3), request("fake-rate-limited-then-ok"))
+    elapsed = time.monotonic() - started
+    assert events[-1].HasField("finished")
+    assert len(fake.requests) == 3
+    assert 0.6 <= elapsed < 0.6 * 1.3 + 0.5  # two waits of 300 ms each
+
+
+async def test_rate_limit_delay_is_capped(fake, make_backend) -> None:
+    fake.rate_limit_headers = {"retry-after": "120"}
+    started = time.monotonic()
+    events = await run(make_backend(max_retry_delay_s=0.2), request("fake-rate-limited-then-ok"))
+    assert events[-1].HasField("finished")
+    assert 0.2 <= time.monotonic() - started < 1.5
+
+
+async def test_rate_limited_forever_gives_up_after_max_retries(fake, make_backend) -> None:
+    fake.rate_limit_headers = {"retry-after-ms": "20"}
+    events = await run(make_backend(max_retries=2), request("fake-rate-limited"))
+    assert kinds(events) == ["error"]
+    error = events[0].error
+    assert error.code == "rate_limited" and error.retryable
+    assert "Requests per minute limit exceeded" in error.message
+    assert len(fake.requests) == 3  # the first attempt and two retries
+
+    # A 429 sent as an in-stream error before any output is a rate limit too.
+    fake.reset()
+    events = await run(make_backend(max_retries=1), request("fake-stream-rate-limited"))
+    assert kinds(events) == ["error"] and events[0].error.code == "rate_limited"
+    assert len(fake.requests) == 2
+
+
+async def test_wrong_api_key_is_backend_auth_failed(fake, make_backend) -> None:
+    events = await run(make_backend(api_key="wrong"), request("fake-text"))
+    assert kinds(events) == ["error"]
+    error = events[0].error
+    assert error.code == "backend_auth_failed" and not error.retryable
+    assert "Wrong API Key" in error.message
+    assert len(fake.requests) == 1
+
+
+async def test_client_errors_are_rejected_with_the_backend_message(fake, make_backend) -> None:
+    events = await run(make_backend(), request("fake-bad-request"))
+    error = events[0].error
+    assert kinds(events) == ["error"] and error.code == "backend_rejected"
+    assert not error.retryable
+    assert "invalid parameters schema" in error.message and "400" in error.message
+
+
+async def test_server_errors_and_unreachable_backend_are_unavailable(fake, make_backend) -> None:
+    events = await run(make_backend(), request("fake-server-error"))
+    assert kinds(events) == ["error"]
+    assert events[0].error.code == "backend_unavailable" and events[0].error.retryable
+    assert len(fake.requests) == 1  # a 5xx is not retried here; the caller may reroute
+
+    closed = f"http://127.0.0.1:{free_port()}"
+    events = await run(make_backend(base_url=closed), request("fake-text"))
+    assert kinds(events) == ["error"]
+    assert events[0].error.code == "backend_unavailable" and events[0].error.retryable
+
+
+@pytest.mark.parametrize(
+    ("model", "detail"),
+    [
+        ("fake-stream-error", fakeapi.STREAM_ERROR_MESSAGE),
+        ("fake-broken-stream", "incomplete chunked read"),
+        ("fake-unfinished", "without a finish reason"),
+    ],
+)
+async def test_a_stream_that_breaks_closes_the_item_then_errors(
+    fake, make_backend, model, detail
+) -> None:
+    events = await run(make_backend(), request(model))
+    assert kinds(events) == ["item_started", "delta", "delta", "delta", "item_done", "error"]
+    error = events[-1].error
+    assert error.code == "backend_stream_error" and not error.retryable
+    assert detail in error.message
+
+
+async def test_cancelling_the_caller_closes_the_upstream_stream(fake, make_backend) -> None:
+    backend = make_backend()
+    first_delta = asyncio.Event()
+
+    async def consume() -> None:
+        async for event in backend.generate(request("fake-slow")):
+            if event.HasField("delta"):
+                first_delta.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(first_delta.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await asyncio.to_thread(fake.disconnected.wait, 5)
+    assert fake.disconnects == ["fake-slow"]
+
+
+async def test_a_caller_that_stops_reading_closes_the_upstream_stream(fake, make_backend) -> None:
+    events = make_backend().generate(request("fake-slow"))
+    async for event in events:
+        if event.HasField("delta"):
+            break
+    await events.aclose()  # what the server does when its caller goes away
+    assert await asyncio.to_thread(fake.disconnected.wait, 5)
+    assert fake.disconnects == ["fake-slow"]
+
+
+async def test_unmappable_request_raises_before_any_request(fake, make_backend) -> None:
+    with pytest.raises(InvalidRequestError, match="not among the tools"):
+        await run(make_backend(), request(tools=[WEATHER], tool_choice="nope"))
+    assert fake.requests == []
+
+
+# ---- backend selection and configuration ---------------------------------------------
+
+
+class Marker:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def generate(self, request):
+        yield pb.GenerateEvent(error=pb.Error(code=self.name))
+
+
+async def test_backend_selection_by_request_backend() -> None:
+    sim, cerebras, special = Marker("sim"), Marker("cerebras"), Marker("special")
+    backends = Backends(
+        default=sim, by_model={"special-model": special}, by_name={"cerebras": cerebras}
+    )
+    assert backends.for_request(request(model="x")) is sim
+    assert backends.for_request(request(model="special-model")) is special  # empty: model map
+    assert backends.for_request(request(model="special-model", backend="simulator")) is sim
+    assert backends.for_request(request(backend="cerebras")) is cerebras
+    with pytest.raises(InvalidRequestError, match="unknown backend 'vllm'"):
+        backends.for_request(request(backend="vllm"))
+
+    unconfigured = Backends(default=sim).for_request(request(backend="cerebras"))
+    assert isinstance(unconfigured, UnavailableBackend)
+    [event] = [e async for e in unconfigured.generate(request())]
+    assert event.error.code == "backend_unavailable" and not event.error.retryable
+
+
+def test_settings_make_the_backend_only_with_a_key(monkeypatch) -> None:
+    monkeypatch.delenv("CEREBRAS_API_KEY", raising=False)
+    assert CerebrasBackend.from_settings(WorkerSettings()) is None
+    monkeypatch.setenv("CEREBRAS_API_KEY", "k")
+    monkeypatch.setenv("CEREBRAS_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("TURNPIKE_CEREBRAS_MAX_RETRIES", "5")
+    settings = WorkerSettings()
+    assert "'k'" not in repr(settings)  # the key stays out of logs
+    backend = CerebrasBackend.from_settings(settings)
+    assert backend is not None and backend.max_retries == 5
+    monkeypatch.setenv("TURNPIKE_CEREBRAS_TIMEOUT_S", "0")
+    with pytest.raises(ValueError, match="TIMEOUT"):
+        CerebrasBackend.from_settings(WorkerSettings())
+
+
+# ---- a real worker process ------------------------------------------------------------
+
+
+@pytest.fixture
+def start_worker():
+    procs: list[subprocess.Popen] = []
+
+    def start(**env: str) -> tuple[subprocess.Popen, str]:
+        port = free_port()
+        env = {
+            "TURNPIKE_WORKER_PORT": str(port),
+            "TURNPIKE_WORKER_ID": "worker-cerebras-proc",
+            "TURNPIKE_SHUTDOWN_GRACE_S": "2",
+            "CEREBRAS_API_KEY": "",
+            "CEREBRAS_BASE_URL": "",
+            **env,
+        }
+        procs.append(start_service("worker", env))
+        return procs[-1], f"127.0.0.1:{port}"
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def generate(address: str, req: pb.GenerateRequest) -> list[pb.GenerateEvent]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = inference_pb2_grpc.InferenceStub(channel)
+        return [e async for e in stub.Generate(req, timeout=10)]
+
+
+async def test_worker_process_serves_cerebras_requests(fake, start_worker) -> None:
+    proc, address = start_worker(CEREBRAS_API_KEY="test", CEREBRAS_BASE_URL=fake.base_url)
+    assert await wait_healthy(address, timeout=30, service=SERVICE_NAME)
+
+    events = await generate(address, request("fake-tool-call", tools=[WEATHER], backend="cerebras"))
+    started = events[0].item_started
+    assert (started.call_id, started.name) == (fakeapi.CALL_ID, fakeapi.CALL_NAME)
+    assert text_of(events) == fakeapi.CALL_ARGUMENTS
+    finished = events[-1].finished
+    assert finished.finish_reason == "tool_calls" and finished.worker_id == "worker-cerebras-proc"
+    assert fake.requests[0].headers["authorization"] == "Bearer test"
+
+    # The simulator still serves its requests; an unknown backend is INVALID_ARGUMENT.
+    sim = request(
+        "turnpike-sim",
+        backend="simulator",
+        prompt_tokens=range(10),
+        tokens_per_second=5000.0,
+        prefill_tokens_per_second=100_000.0,
+    )
+    assert (await generate(address, sim))[-1].HasField("finished")
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await generate(address, request(backend="tpu"))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "unknown backend 'tpu'" in info.value.details()
+
+    proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(proc.wait, 10) == 0
+
+
+async def test_worker_process_without_a_key_answers_backend_unavailable(start_worker) -> None:
+    proc, address = start_worker()
+    assert await wait_healthy(address, timeout=30, service=SERVICE_NAME)
+    events = await generate(address, request("gpt-oss-120b", backend="cerebras"))
+    assert kinds(events) == ["error"]
+    error = events[0].error
+    assert error.code == "backend_unavailable" and not error.retryable
+    assert "CEREBRAS_API_KEY" in error.message
+    proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(proc.wait, 10) == 0
