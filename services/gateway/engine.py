@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from imageres.resolve import Limits, resolve_image
 from opentelemetry import trace
 from turnpike.billing.v1 import billing_pb2
+from turnpike.config import ImageresSettings
 from turnpike.conversation.v1 import conversation_pb2
 from turnpike.ids import new_id
 from turnpike.imageres.v1 import imageres_pb2
@@ -47,6 +49,12 @@ tracer = trace.get_tracer("turnpike.gateway")
 
 # How many workers a generation may try before it fails (connection refused only).
 MAX_WORKER_ATTEMPTS = 3
+# Where a safety flag is recorded on the response (besides its trace).
+SAFETY_METADATA_KEY = "turnpike_safety_flags"
+# Vendor extension on the response object: where the time went (see _annotate).
+TIMINGS_KEY = "turnpike"
+_imageres = ImageresSettings()
+IMAGE_LIMITS = Limits(_imageres.max_image_bytes, _imageres.max_image_pixels)
 
 
 @dataclass
@@ -82,8 +90,12 @@ class Prepared:
     rendered: RenderedPrefix | None = None
     model: router_pb2.ModelConfig | None = None
     route: router_pb2.RouteDecision | None = None
+    # Tokens of the conversation's resolved input images (charged as prompt tokens).
+    image_tokens: int = 0
     # Model-side timings reported by the worker.
     model_timings: dict[str, float] = field(default_factory=dict)
+    worker_id: str = ""
+    safety_flags: list[str] = field(default_factory=list)
 
 
 class ResponseRun:
@@ -108,6 +120,14 @@ class ResponseRun:
 def _rpc_unavailable(service: str, err: grpc.aio.AioRpcError) -> ApiError:
     log.warning("%s call failed: %s %s", service, err.code(), err.details())
     return unavailable(f"The {service} service is unavailable; please retry.")
+
+
+def render_request(
+    request: CreateRequest, items: list[conversation_pb2.Item]
+) -> tokenizer_pb2.RenderRequest:
+    return tokenizer_pb2.RenderRequest(
+        instructions=request.instructions or "", tools=request.proto_tools(), items=items
+    )
 
 
 def header_key(request: CreateRequest) -> str:
@@ -164,6 +184,9 @@ class ResponseEngine:
         )
         with ctx.stage("safety"):
             await self._classify(prepared, parent, proto_new)
+        if not ctx.pipeline.image_hop:
+            with ctx.stage("resolve_images"):
+                await self._resolve_images(prepared, parent, proto_new)
         with ctx.stage("render"):
             await self._render(prepared, parent, proto_new)
         if len(prepared.prompt) > model.context_window:
@@ -256,11 +279,47 @@ class ResponseEngine:
                 param="input",
             )
         if verdict.verdict == safety_pb2.FLAG:
+            # Recorded, never silently dropped: on the trace, the log and the response.
+            flags = sorted({f.category for f in verdict.findings}) or ["earlier_in_conversation"]
+            prepared.safety_flags = flags
+            span.set_attribute("turnpike.safety.flags", flags)
+            prepared.response["metadata"] = {
+                **prepared.response["metadata"],
+                SAFETY_METADATA_KEY: ",".join(flags)[:512],
+            }
             log.info(
                 "response %s flagged: %s",
                 prepared.response["id"],
-                ", ".join(sorted({f.category for f in verdict.findings})),
+                ", ".join(flags),
             )
+
+    async def _resolve_images(
+        self,
+        prepared: Prepared,
+        parent: ConversationState | None,
+        proto_new: list[conversation_pb2.Item],
+    ) -> None:
+        """Image resolution without the proxy hop: the same code imageres runs, here
+        in process. On a connection, images already resolved are not resolved again."""
+        reuse = prepared.ctx.pipeline.connection_cache and parent is not None and parent.from_cache
+        known = parent.image_tokens if reuse else 0
+        items = proto_new if reuse else prepared.proto_history
+        images = [image for item in items for image in item.images]
+        if not images:
+            prepared.image_tokens = known
+            return
+        resolved = await asyncio.gather(
+            *(
+                asyncio.to_thread(resolve_image, i.url, i.file_id, i.detail, IMAGE_LIMITS)
+                for i in images
+            )
+        )
+        for index, result in enumerate(resolved):
+            if result.error:
+                raise invalid(
+                    f"Invalid input image {index}: {result.error}.", "input", "invalid_image"
+                )
+        prepared.image_tokens = known + sum(r.tokens for r in resolved)
 
     async def _render(
         self,
@@ -271,37 +330,30 @@ class ResponseEngine:
         request = prepared.request
         key = header_key(request)
         cached = parent.rendered if parent is not None else None
-        try:
-            if (
-                prepared.ctx.pipeline.append_render
-                and cached is not None
-                and cached.header_key == key
-            ):
-                tail = prepared.proto_history[cached.items :]
-                reply = await self.backends.tokenizer.RenderAppend(
-                    tokenizer_pb2.RenderAppendRequest(items=tail), timeout=self.timeout_s
-                )
-                tokens = cached.tokens + list(reply.tokens)
-            else:
-                reply = await self.backends.tokenizer.Render(
-                    tokenizer_pb2.RenderRequest(
-                        instructions=request.instructions or "",
-                        tools=request.proto_tools(),
-                        items=prepared.proto_history,
-                    ),
-                    timeout=self.timeout_s,
-                )
-                tokens = list(reply.tokens)
-        except grpc.aio.AioRpcError as err:
-            if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise invalid(
-                    err.details() or "The input could not be rendered.", "input"
-                ) from None
-            raise _rpc_unavailable("tokenizer", err) from None
+        if prepared.ctx.pipeline.append_render and cached is not None and cached.header_key == key:
+            tail = prepared.proto_history[cached.items :]
+            reply = await self._tokenize(
+                self.backends.tokenizer.RenderAppend, tokenizer_pb2.RenderAppendRequest(items=tail)
+            )
+            tokens = cached.tokens + list(reply.tokens)
+        else:
+            reply = await self._tokenize(
+                self.backends.tokenizer.Render, render_request(request, prepared.proto_history)
+            )
+            tokens = list(reply.tokens)
         if reply.completion_prompt:
             self._completion_prompt = list(reply.completion_prompt)
         prepared.rendered = RenderedPrefix(key, tokens, len(prepared.proto_history))
         prepared.prompt = tokens + (self._completion_prompt or [])
+
+    async def _tokenize(self, method, message) -> tokenizer_pb2.RenderResponse:
+        try:
+            return await method(message, timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                message = err.details() or "The input could not be rendered."
+                raise invalid(message, "input") from None
+            raise _rpc_unavailable("tokenizer", err) from None
 
     async def _route(
         self, prepared: Prepared, parent: ConversationState | None, exclude: list[str] | None = None
@@ -393,6 +445,9 @@ class ResponseEngine:
             tokens_per_second=prepared.model.tokens_per_second,
             ttft_ms=prepared.model.ttft_ms,
             prefill_tokens_per_second=prepared.model.prefill_tokens_per_second,
+            backend=prepared.model.backend,
+            # On the legacy path the imageres proxy resolves the images and sets this.
+            image_tokens=prepared.image_tokens,
         )
         excluded: list[str] = []
         for attempt in range(MAX_WORKER_ATTEMPTS):
@@ -469,11 +524,25 @@ class ResponseEngine:
             "ttft_ms": t.ttft_ms,
             "total_ms": t.total_ms,
         }
+        prepared.worker_id = finished.worker_id
         u = finished.usage
-        use = usage(len(prepared.prompt), u.cached_tokens, u.output_tokens)
+        # The backend's count is authoritative (images, a hosted model's own tokenizer).
+        use = usage(u.input_tokens or len(prepared.prompt), u.cached_tokens, u.output_tokens)
+        self._annotate(prepared)
         if finished.finish_reason == "length":
             return events.incomplete("max_output_tokens", use)
         return [events.completed(use)]
+
+    @staticmethod
+    def _annotate(prepared: Prepared) -> None:
+        """Model time as the worker reports it, and each API stage's own time, so a
+        client can tell model time from API time for every response."""
+        prepared.response[TIMINGS_KEY] = {
+            "pipeline": prepared.ctx.pipeline.name,
+            "worker_id": prepared.worker_id,
+            "model_ms": {k: round(v, 3) for k, v in prepared.model_timings.items()},
+            "stages_ms": {k: round(v, 3) for k, v in prepared.ctx.stage_ms.items()},
+        }
 
     async def _finish(self, prepared: Prepared, terminal: list[Event], run: ResponseRun) -> None:
         """Cache, store and bill before the terminal event leaves: a client that
@@ -531,6 +600,7 @@ class ResponseEngine:
             model=prepared.model,
             route=prepared.route,
             lane=prepared.ctx.lane,
+            image_tokens=prepared.image_tokens,
         )
 
     async def _store(self, prepared: Prepared) -> None:
@@ -547,21 +617,7 @@ class ResponseEngine:
             history, call_names = parent.history, dict(parent.call_names)
         check_call_outputs(history, request.input_items)
         items = to_proto([*history, *request.input_items], call_names)
-        try:
-            reply = await self.backends.tokenizer.Render(
-                tokenizer_pb2.RenderRequest(
-                    instructions=request.instructions or "",
-                    tools=request.proto_tools(),
-                    items=items,
-                ),
-                timeout=self.timeout_s,
-            )
-        except grpc.aio.AioRpcError as err:
-            if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise invalid(
-                    err.details() or "The input could not be rendered.", "input"
-                ) from None
-            raise _rpc_unavailable("tokenizer", err) from None
+        reply = await self._tokenize(self.backends.tokenizer.Render, render_request(request, items))
         return len(reply.tokens) + len(reply.completion_prompt)
 
     async def input_items(self, tenant: str, response_id: str) -> list[Item] | None:

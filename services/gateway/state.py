@@ -34,6 +34,7 @@ class ConversationState:
     route: router_pb2.RouteDecision | None = None
     from_cache: bool = field(default=False, compare=False)
     lane: str | None = None  # the WebSocket lane that produced it
+    image_tokens: int = 0  # of the resolved images in ``history``
 
 
 class ConnectionCache:

@@ -67,12 +67,15 @@ class ImageResolverServicer(imageres_pb2_grpc.ImageResolverServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request is required")
         generate = request.request
         images = [image for item in generate.items for image in item.images]
-        for index, res in enumerate(await self._resolve_all(images)):
+        resolved = await self._resolve_all(images)
+        for index, res in enumerate(resolved):
             if res.error:
                 # The worker cannot use an image we could not read: fail the generation the
                 # way the direct path would, without spending a worker slot on it.
                 yield error_event("invalid_image", f"image {index}: {res.error}", False)
                 return
+        # The worker charges the images as prompt tokens.
+        generate.image_tokens = sum(res.tokens for res in resolved)
         stub = self._channels.stub(request.worker_address)
         events = relay_generate(
             stub, request.worker_address, generate, time_limit_s=context.time_remaining()

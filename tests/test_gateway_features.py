@@ -1,0 +1,95 @@
+"""What each request carries through the services: images charged as prompt tokens
+on every pipeline, safety verdicts, and the time split between model and API."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import httpx
+import pytest
+from PIL import Image
+
+from support.openresponses import validate_response_object
+
+pytestmark = pytest.mark.stack
+
+
+def png_data_url(width: int, height: int) -> str:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def create(stack, body, pipeline=None):
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    if pipeline:
+        headers["X-Turnpike-Pipeline"] = pipeline
+    return httpx.post(f"{stack.base_url}/responses", json=body, headers=headers, timeout=30)
+
+
+def image_message(detail: str) -> list[dict]:
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "What is in this picture?"},
+                {"type": "input_image", "image_url": png_data_url(1024, 1024), "detail": detail},
+            ],
+        }
+    ]
+
+
+@pytest.mark.parametrize("pipeline", ["legacy", "sprint"])
+def test_images_are_charged_as_prompt_tokens_on_every_pipeline(stack, pipeline):
+    text_only = create(stack, {"input": "What is in this picture?"}, pipeline).json()
+    high = create(stack, {"input": image_message("high")}, pipeline).json()
+    low = create(stack, {"input": image_message("low")}, pipeline).json()
+    base = text_only["usage"]["input_tokens"]
+    # OpenAI's rule: 1024x1024 at high detail is 4 tiles (85 + 4 * 170); low is 85.
+    assert high["usage"]["input_tokens"] == base + 765
+    assert low["usage"]["input_tokens"] == base + 85
+    assert high["turnpike"]["pipeline"] == pipeline
+
+
+def test_a_broken_image_is_a_clear_400(stack):
+    body = {
+        "input": [
+            {
+                "role": "user",
+                "content": [{"type": "input_image", "image_url": "data:image/png;base64,bm90IGFuIGltYWdl"}],
+            }
+        ]
+    }
+    reply = create(stack, body, "sprint")
+    assert reply.status_code == 400
+    assert reply.json()["error"]["code"] == "invalid_image"
+
+
+def test_abusive_user_message_is_blocked_before_generation(stack):
+    reply = create(stack, {"input": "you are a fucking worthless idiot"})
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["code"] == "content_policy_violation" and error["param"] == "input"
+
+
+def test_a_leaked_credential_is_flagged_on_the_response_not_dropped(stack):
+    body = {
+        "input": "Here is my config: AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE, please check it.",
+        "metadata": {"ticket": "42"},
+    }
+    reply = create(stack, body)
+    assert reply.status_code == 200
+    response = reply.json()
+    validate_response_object(response)
+    assert response["metadata"]["ticket"] == "42"
+    assert "credential" in response["metadata"]["turnpike_safety_flags"]
+    assert "AKIAIOSFODNN7EXAMPLE" not in response["metadata"]["turnpike_safety_flags"]
+
+
+def test_responses_report_model_time_and_stage_times(stack):
+    response = create(stack, {"input": "hello"}).json()
+    timings = response["turnpike"]
+    assert timings["pipeline"] == "sprint" and timings["worker_id"].startswith("worker-")
+    assert timings["model_ms"]["ttft_ms"] > 0 and timings["model_ms"]["total_ms"] >= timings["model_ms"]["ttft_ms"]
+    assert {"safety", "render", "route"} <= set(timings["stages_ms"])
