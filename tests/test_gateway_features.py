@@ -9,7 +9,6 @@ import io
 import httpx
 import pytest
 from PIL import Image
-
 from support.openresponses import validate_response_object
 
 pytestmark = pytest.mark.stack
@@ -57,7 +56,9 @@ def test_a_broken_image_is_a_clear_400(stack):
         "input": [
             {
                 "role": "user",
-                "content": [{"type": "input_image", "image_url": "data:image/png;base64,bm90IGFuIGltYWdl"}],
+                "content": [
+                    {"type": "input_image", "image_url": "data:image/png;base64,bm90IGFuIGltYWdl"}
+                ],
             }
         ]
     }
@@ -91,5 +92,44 @@ def test_responses_report_model_time_and_stage_times(stack):
     response = create(stack, {"input": "hello"}).json()
     timings = response["turnpike"]
     assert timings["pipeline"] == "sprint" and timings["worker_id"].startswith("worker-")
-    assert timings["model_ms"]["ttft_ms"] > 0 and timings["model_ms"]["total_ms"] >= timings["model_ms"]["ttft_ms"]
+    assert (
+        timings["model_ms"]["ttft_ms"] > 0
+        and timings["model_ms"]["total_ms"] >= timings["model_ms"]["ttft_ms"]
+    )
     assert {"safety", "render", "route"} <= set(timings["stages_ms"])
+
+
+def test_every_pipeline_renders_the_same_prompt_for_the_same_conversation(stack):
+    """Caches and appended renders change the cost, never the tokens the model sees."""
+    tool = {
+        "type": "function",
+        "name": "read_file",
+        "description": "Read a file.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+    }
+    counts = {}
+    for pipeline in ("legacy", "sprint", "connection"):
+        previous, prompt_sizes = None, []
+        next_input = "Fix the failing test in parser.py"
+        for _ in range(3):
+            body = {"input": next_input, "tools": [tool], "instructions": "You are a coding agent."}
+            if previous:
+                body["previous_response_id"] = previous["id"]
+            previous = create(stack, body, pipeline).json()
+            prompt_sizes.append(previous["usage"]["input_tokens"])
+            call = next(o for o in previous["output"] if o["type"] == "function_call")
+            next_input = [
+                {
+                    "type": "function_call_output",
+                    "call_id": call["call_id"],
+                    "output": "def parse():\n    pass\n" * 20,
+                },
+                {"role": "user", "content": "continue"},
+            ]
+        counts[pipeline] = prompt_sizes
+    assert counts["legacy"] == counts["sprint"] == counts["connection"]
+    assert counts["legacy"][0] < counts["legacy"][1] < counts["legacy"][2]

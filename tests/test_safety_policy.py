@@ -330,3 +330,23 @@ def test_one_profane_sentence_is_not_diluted_by_a_long_file(
     (whole,) = ProfanityClassifier(10**9, 10**9).score_texts([text])
     assert whole.chunks == 1
     assert whole.score < 0.5
+
+
+def test_fused_model_gives_the_library_scores():
+    """The fast path is an exact re-arrangement of the shipped model, not another model."""
+    from pathlib import Path
+
+    from safety.classifier import ProfanityClassifier, chunk_text
+
+    classifier = ProfanityClassifier()
+    root = Path(__file__).resolve().parent.parent / "services"
+    texts = [p.read_text() for p in sorted(root.rglob("*.py"))[:40]]
+    texts += ["you are a fucking idiot", "have a nice day", "shut up, moron", ""]
+    chunks = [c.text for text in texts for c in chunk_text(text)]
+    library = classifier._predict_prob(chunks)
+    fused = classifier._fused(chunks)
+    assert len(chunks) > 100
+    assert max(abs(a - b) for a, b in zip(library, fused, strict=True)) < 1e-9
+    slow = classifier.score_texts(texts)
+    fast = classifier.score_texts(texts, fast=True)
+    assert [round(s.score, 9) for s in slow] == [round(f.score, 9) for f in fast]

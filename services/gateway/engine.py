@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,12 +34,14 @@ from turnpike.tokenizer.v1 import tokenizer_pb2
 
 from gateway.backends import Backends
 from gateway.billing_outbox import BillingOutbox
+from gateway.caches import ModelConfigCache, TokenCache
 from gateway.errors import ApiError, invalid, unavailable
 from gateway.events import Event, ResponseEvents
 from gateway.items import Item, check_call_outputs, to_proto
 from gateway.pipelines import Pipeline
 from gateway.request import CreateRequest
 from gateway.response_object import new_response, usage
+from gateway.run import ResponseRun
 from gateway.state import ConnectionCache, ConversationState, RenderedPrefix
 from gateway.store import ResponseStore, StoredResponse, history_of
 from gateway.tracing import end_response_span
@@ -98,25 +100,6 @@ class Prepared:
     safety_flags: list[str] = field(default_factory=list)
 
 
-class ResponseRun:
-    """Events of one response as they are produced; the producer never waits for readers."""
-
-    def __init__(self, response_id: str) -> None:
-        self.response_id = response_id
-        self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
-        self.final: dict[str, Any] | None = None
-
-    def emit(self, event: Event) -> None:
-        self._queue.put_nowait(event)
-
-    def close(self) -> None:
-        self._queue.put_nowait(None)
-
-    async def events(self) -> AsyncIterator[Event]:
-        while (event := await self._queue.get()) is not None:
-            yield event
-
-
 def _rpc_unavailable(service: str, err: grpc.aio.AioRpcError) -> ApiError:
     log.warning("%s call failed: %s %s", service, err.code(), err.details())
     return unavailable(f"The {service} service is unavailable; please retry.")
@@ -142,13 +125,17 @@ class ResponseEngine:
         store: ResponseStore,
         outbox: BillingOutbox,
         timeout_s: float,
+        model_cache_ttl_s: float = 30.0,
+        token_cache_tokens: int = 20_000_000,
     ) -> None:
         self.backends = backends
         self.store = store
         self.outbox = outbox
         self.timeout_s = timeout_s
         self._tasks: set[asyncio.Task[None]] = set()
-        self._completion_prompt: list[int] | None = None
+        self._completion_prompt = array("I")
+        self.model_cache = ModelConfigCache(model_cache_ttl_s)
+        self.token_cache = TokenCache(token_cache_tokens)
 
     # Preparation -----------------------------------------------------------
     async def prepare(self, request: CreateRequest, ctx: RequestContext) -> Prepared:
@@ -215,12 +202,16 @@ class ResponseEngine:
             )
         history = history_of(chain)
         call_names: dict[str, str] = {}
+        rendered = None
+        if ctx.pipeline.cache_rendered_tokens:
+            rendered = self.token_cache.get(ctx.tenant, previous_id)
         return ConversationState(
             response=chain[-1].response,
             history=history,
             proto_history=to_proto(history, call_names),
             call_names=call_names,
             affinity_key=chain[0].id,
+            rendered=rendered,
         )
 
     async def _resolve_model(
@@ -233,8 +224,12 @@ class ResponseEngine:
             and request.model in (parent.model.id, *parent.model.aliases)
         ):
             return parent.model
+        if ctx.pipeline.cache_model_config:
+            cached = self.model_cache.get(request.model)
+            if cached is not None:
+                return cached
         try:
-            return await self.backends.router.ResolveModel(
+            model = await self.backends.router.ResolveModel(
                 router_pb2.ResolveModelRequest(model=request.model), timeout=self.timeout_s
             )
         except grpc.aio.AioRpcError as err:
@@ -245,6 +240,8 @@ class ResponseEngine:
                     "model_not_found",
                 ) from None
             raise _rpc_unavailable("router", err) from None
+        self.model_cache.put(request.model, model)
+        return model
 
     async def _classify(
         self,
@@ -259,6 +256,7 @@ class ResponseEngine:
             tenant=prepared.ctx.tenant,
             conversation_id=prepared.affinity_key,
             mode=safety_pb2.INCREMENTAL if incremental else safety_pb2.FULL,
+            fast_path=prepared.ctx.pipeline.fast_safety,
             items=proto_new if incremental else prepared.proto_history,
         )
         try:
@@ -335,16 +333,16 @@ class ResponseEngine:
             reply = await self._tokenize(
                 self.backends.tokenizer.RenderAppend, tokenizer_pb2.RenderAppendRequest(items=tail)
             )
-            tokens = cached.tokens + list(reply.tokens)
+            tokens = cached.tokens + array("I", reply.tokens)
         else:
             reply = await self._tokenize(
                 self.backends.tokenizer.Render, render_request(request, prepared.proto_history)
             )
-            tokens = list(reply.tokens)
+            tokens = array("I", reply.tokens)
         if reply.completion_prompt:
-            self._completion_prompt = list(reply.completion_prompt)
+            self._completion_prompt = array("I", reply.completion_prompt)
         prepared.rendered = RenderedPrefix(key, tokens, len(prepared.proto_history))
-        prepared.prompt = tokens + (self._completion_prompt or [])
+        prepared.prompt = tokens + self._completion_prompt
 
     async def _tokenize(self, method, message) -> tokenizer_pb2.RenderResponse:
         try:
@@ -467,7 +465,11 @@ class ResponseEngine:
                             for e in events.start_message():
                                 run.emit(e)
                     elif kind == "delta":
-                        run.emit(events.delta(event.delta.text))
+                        text = event.delta.text
+                        if run.merge_delta(events.open_item_id, text):
+                            events.extend_delta(text)
+                        else:
+                            run.emit(events.delta(text))
                     elif kind == "item_done":
                         for e in events.finish_item():
                             run.emit(e)
@@ -551,10 +553,10 @@ class ResponseEngine:
         ctx = prepared.ctx
         try:
             with ctx.stage("finalize"):
-                if (
-                    response["status"] in ("completed", "incomplete")
-                    and ctx.connection_cache is not None
-                ):
+                finished_ok = response["status"] in ("completed", "incomplete")
+                if finished_ok and ctx.pipeline.cache_rendered_tokens and prepared.rendered:
+                    self.token_cache.put(ctx.tenant, response["id"], prepared.rendered)
+                if finished_ok and ctx.connection_cache is not None:
                     ctx.connection_cache.put(response["id"], self._next_state(prepared))
                 elif ctx.connection_cache is not None and prepared.request.previous_response_id:
                     ctx.connection_cache.evict_after_failure(

@@ -120,6 +120,15 @@ class ResponseEvents:
             delta=text,
         )
 
+    @property
+    def open_item_id(self) -> str | None:
+        return self._item["id"] if self._item is not None else None
+
+    def extend_delta(self, text: str) -> None:
+        """Text merged into an already emitted delta (see run.ResponseRun.merge_delta)."""
+        self._require_open()
+        self._text.append(text)
+
     def finish_item(self) -> list[Event]:
         return self._close_open_item("completed")
 

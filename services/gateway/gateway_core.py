@@ -34,7 +34,14 @@ class Gateway:
         backends = Backends(settings.endpoints)
         store = ResponseStore(settings.store_max_responses)
         outbox = BillingOutbox(backends.billing)
-        engine = ResponseEngine(backends, store, outbox, settings.backend_timeout_s)
+        engine = ResponseEngine(
+            backends,
+            store,
+            outbox,
+            settings.backend_timeout_s,
+            model_cache_ttl_s=settings.model_cache_ttl_s,
+            token_cache_tokens=settings.token_cache_tokens,
+        )
         return cls(
             settings, ApiKeys(parse_api_keys(settings.api_keys)), backends, store, outbox, engine
         )

@@ -11,10 +11,10 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from turnpike.billing.v1 import billing_pb2
 from turnpike.router.v1 import router_pb2
 
-from gateway.engine import ResponseRun
 from gateway.errors import ApiError, invalid, not_found, too_large
 from gateway.gateway_core import Gateway, parse_json
 from gateway.request import parse_create
+from gateway.run import ResponseRun
 from gateway.tracing import response_span
 
 router = APIRouter()

@@ -19,6 +19,12 @@ class Pipeline:
     connection_cache: bool
     # Classify only the new input, folding it into the conversation's safety state.
     incremental_safety: bool
+    # Score with the fused classifier (same scores, a fraction of the work).
+    fast_safety: bool
+    # Keep model configurations in process instead of asking the router each time.
+    cache_model_config: bool
+    # Keep each response's rendered tokens in process; a follow-up renders only its new items.
+    cache_rendered_tokens: bool
     # Render only the new items and append them to cached tokens.
     append_render: bool
     # Reuse the previous turn's model resolution and worker.
@@ -33,6 +39,9 @@ LEGACY = Pipeline(
     "legacy",
     connection_cache=False,
     incremental_safety=False,
+    fast_safety=False,
+    cache_model_config=False,
+    cache_rendered_tokens=False,
     append_render=False,
     reuse_route=False,
     image_hop=True,
@@ -42,7 +51,10 @@ SPRINT = Pipeline(
     "sprint",
     connection_cache=False,
     incremental_safety=False,
-    append_render=False,
+    fast_safety=True,
+    cache_model_config=True,
+    cache_rendered_tokens=True,
+    append_render=True,
     reuse_route=False,
     image_hop=False,
     blocking_billing=False,
@@ -51,6 +63,9 @@ CONNECTION = Pipeline(
     "connection",
     connection_cache=True,
     incremental_safety=True,
+    fast_safety=True,
+    cache_model_config=True,
+    cache_rendered_tokens=False,
     append_render=True,
     reuse_route=True,
     image_hop=False,

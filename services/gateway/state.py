@@ -3,6 +3,7 @@ connection-scoped cache that holds it on a WebSocket."""
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ class RenderedPrefix:
     """Tokens of a conversation's first ``items`` items, under one header."""
 
     header_key: str  # instructions and tools the tokens were rendered with
-    tokens: list[int]
+    tokens: array  # array("I"): 4 bytes a token, shared, never changed in place
     items: int
 
 

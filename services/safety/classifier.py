@@ -79,6 +79,35 @@ def chunk_text(
     return [chunk for chunk in chunks if _WORD_CHAR.search(chunk.text)]
 
 
+class FusedCalibratedLinear:
+    """The trained model's exact probabilities with far less per-call work.
+
+    The shipped model is a ``CalibratedClassifierCV``: five linear SVMs, each followed by a
+    sigmoid calibration, averaged. scikit-learn evaluates them one estimator at a time with
+    validation around each; here the five weight vectors are stacked into one matrix, so a
+    batch costs one sparse product and a vectorised sigmoid. Tests check the scores agree with
+    the library's to 1e-9."""
+
+    def __init__(self, vectorizer, model) -> None:
+        import numpy as np
+
+        members = model.calibrated_classifiers_
+        if model.method != "sigmoid" or any(len(m.calibrators) != 1 for m in members):
+            raise ValueError("only a binary, sigmoid-calibrated ensemble can be fused")
+        self._np = np
+        self._vectorizer = vectorizer
+        self._weights = np.vstack([m.estimator.coef_.ravel() for m in members]).T  # (F, k)
+        self._bias = np.array([float(m.estimator.intercept_[0]) for m in members])
+        self._a = np.array([m.calibrators[0].a_ for m in members])
+        self._b = np.array([m.calibrators[0].b_ for m in members])
+
+    def __call__(self, texts: list[str]) -> Sequence[float]:
+        np = self._np
+        decision = self._vectorizer.transform(texts) @ self._weights + self._bias  # (n, k)
+        positive = 1.0 / (1.0 + np.exp(self._a * decision + self._b))
+        return positive.mean(axis=1)
+
+
 class ProfanityClassifier:
     """Scores texts in [0, 1]. Thread-safe: the model is only read."""
 
@@ -90,18 +119,25 @@ class ProfanityClassifier:
         # service builds its classifier, before it reports SERVING, and not in modules that
         # only need chunking.
         from profanity_check import predict_prob
+        from profanity_check.profanity_check import model, vectorizer
 
         self._predict_prob: Callable[[list[str]], Sequence[float]] = predict_prob
+        self._fused: Callable[[list[str]], Sequence[float]] = FusedCalibratedLinear(
+            vectorizer, model
+        )
         self._chunk_limits = (min_chunk_chars, max_chunk_chars)
         self._predict_prob(["warm up the vectorizer and the model"])
+        self._fused(["warm up the fused model"])
         log.info("profanity classifier loaded in %.2fs", time.monotonic() - started)
 
-    def score_texts(self, texts: Sequence[str]) -> list[TextScore]:
+    def score_texts(self, texts: Sequence[str], fast: bool = False) -> list[TextScore]:
         """One score per text; every chunk of every text goes to the model in one batch
-        (a model call has a fixed cost of several milliseconds)."""
+        (a library model call has a fixed cost of several milliseconds). ``fast`` uses the
+        fused model: the same scores."""
         per_text = [chunk_text(text, *self._chunk_limits) for text in texts]
         batch = [chunk.text for chunks in per_text for chunk in chunks]
-        probs = iter(self._predict_prob(batch)) if batch else iter(())
+        predict = self._fused if fast else self._predict_prob
+        probs = iter(predict(batch)) if batch else iter(())
         scores: list[TextScore] = []
         for chunks in per_text:
             best, worst = 0.0, None

@@ -70,9 +70,9 @@ class SafetyEngine:
         for i, item in enumerate(items):
             item_kind_and_text(i, item)
 
-    def analyze(self, items: Sequence[Item]) -> list[ItemEvidence]:
+    def analyze(self, items: Sequence[Item], fast: bool = False) -> list[ItemEvidence]:
         kinds_and_texts = [item_kind_and_text(i, item) for i, item in enumerate(items)]
-        scores = self.classifier.score_texts([text for _, text in kinds_and_texts])
+        scores = self.classifier.score_texts([text for _, text in kinds_and_texts], fast)
         return [
             ItemEvidence(
                 item_id=item.id,

@@ -104,6 +104,14 @@ class GatewaySettings:
     backend_timeout_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_BACKEND_TIMEOUT_S", 30.0)
     )
+    # Sprint caches: model configurations (seconds before asking the router again) and
+    # rendered tokens (how many tokens the process keeps, 4 bytes each).
+    model_cache_ttl_s: float = field(
+        default_factory=lambda: env_float("TURNPIKE_MODEL_CACHE_TTL_S", 30.0)
+    )
+    token_cache_tokens: int = field(
+        default_factory=lambda: env_int("TURNPIKE_TOKEN_CACHE_TOKENS", 20_000_000)
+    )
     # Let requests pick a pipeline with X-Turnpike-Pipeline (benchmarks; not for production).
     allow_pipeline_override: bool = field(
         default_factory=lambda: env_bool("TURNPIKE_ALLOW_PIPELINE_OVERRIDE", False)

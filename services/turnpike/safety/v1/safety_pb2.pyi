@@ -29,16 +29,18 @@ FLAG: Verdict
 BLOCK: Verdict
 
 class ClassifyRequest(_message.Message):
-    __slots__ = ("tenant", "conversation_id", "mode", "items")
+    __slots__ = ("tenant", "conversation_id", "mode", "items", "fast_path")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
+    FAST_PATH_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     conversation_id: str
     mode: Mode
     items: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Item]
-    def __init__(self, tenant: _Optional[str] = ..., conversation_id: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ...) -> None: ...
+    fast_path: bool
+    def __init__(self, tenant: _Optional[str] = ..., conversation_id: _Optional[str] = ..., mode: _Optional[_Union[Mode, str]] = ..., items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ..., fast_path: _Optional[bool] = ...) -> None: ...
 
 class Finding(_message.Message):
     __slots__ = ("category", "score", "item_id", "detail")

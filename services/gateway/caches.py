@@ -1,0 +1,63 @@
+"""The sprint's in-process caches: model configurations and rendered tokens.
+
+Both are per gateway process and bounded; a miss only costs the work the cache
+would have saved (a router call, a full render), never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+from turnpike.router.v1 import router_pb2
+
+from gateway.state import RenderedPrefix
+
+
+class ModelConfigCache:
+    """Model name -> configuration, refreshed from the router after ``ttl_s``."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self._ttl = ttl_s
+        self._entries: dict[str, tuple[float, router_pb2.ModelConfig]] = {}
+
+    def get(self, name: str) -> router_pb2.ModelConfig | None:
+        entry = self._entries.get(name)
+        if entry is None or time.monotonic() - entry[0] > self._ttl:
+            return None
+        return entry[1]
+
+    def put(self, name: str, model: router_pb2.ModelConfig) -> None:
+        self._entries[name] = (time.monotonic(), model)
+
+
+class TokenCache:
+    """(tenant, response id) -> the tokens its prompt was rendered to; least recently
+    used first out once ``max_tokens`` are held."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self._max = max_tokens
+        self._held = 0
+        self._entries: OrderedDict[tuple[str, str], RenderedPrefix] = OrderedDict()
+
+    def get(self, tenant: str, response_id: str) -> RenderedPrefix | None:
+        key = (tenant, response_id)
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, tenant: str, response_id: str, rendered: RenderedPrefix) -> None:
+        key = (tenant, response_id)
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._held -= len(old.tokens)
+        self._entries[key] = rendered
+        self._held += len(rendered.tokens)
+        while self._held > self._max and self._entries:
+            _, evicted = self._entries.popitem(last=False)
+            self._held -= len(evicted.tokens)
+
+    @property
+    def held_tokens(self) -> int:
+        return self._held
