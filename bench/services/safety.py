@@ -1,0 +1,202 @@
+"""Safety: full (whole conversation) vs incremental (new items only) classification,
+against conversation size, in-process and over gRPC."""
+
+from __future__ import annotations
+
+import time
+
+from safety.classifier import ProfanityClassifier
+from safety.engine import Mode, SafetyEngine
+from safety.policy import Thresholds
+from safety.state import ConversationStore
+from turnpike.grpc_client import insecure_channel
+from turnpike.safety.v1 import safety_pb2, safety_pb2_grpc
+
+from bench.services.common import (
+    Context,
+    Report,
+    Series,
+    Table,
+    line_plot,
+    linear_fit,
+    log,
+    ms,
+    sample,
+    summarize,
+)
+from bench.services.conversation import conversation, history_tokens
+
+NEEDS = ("safety",)
+TURNS = (1, 5, 10, 20, 40, 55)
+QUICK_TURNS = (1, 5, 10)
+TENANT = "bench"
+
+
+async def run(ctx: Context) -> Report:
+    began = time.monotonic()
+    engine = SafetyEngine(ProfanityClassifier(), Thresholds(), ConversationStore(1000))
+    measurements = []
+    async with insecure_channel(ctx.addresses["safety"]) as channel:
+        stub = safety_pb2_grpc.SafetyStub(channel)
+        for turns in ctx.pick(TURNS, QUICK_TURNS):
+            conv = conversation(turns)
+            history = history_tokens(conv)
+            conv_id = f"conv-{turns}"
+            # Incremental calls need the conversation's state: seed it with one full pass.
+            engine.classify(TENANT, conv_id, Mode.FULL, conv.items)
+            full_req = safety_pb2.ClassifyRequest(
+                tenant=TENANT, conversation_id=conv_id, mode=safety_pb2.FULL, items=conv.items
+            )
+            incr_req = safety_pb2.ClassifyRequest(
+                tenant=TENANT,
+                conversation_id=conv_id,
+                mode=safety_pb2.INCREMENTAL,
+                items=conv.last_turn,
+            )
+            await stub.Classify(full_req)
+            points = await sample(
+                {
+                    ("full", "in-process"): lambda c=conv, k=conv_id: engine.classify(
+                        TENANT, k, Mode.FULL, c.items
+                    ),
+                    ("incremental", "in-process"): lambda c=conv, k=conv_id: engine.classify(
+                        TENANT, k, Mode.INCREMENTAL, c.last_turn
+                    ),
+                    ("full", "grpc"): lambda r=full_req: stub.Classify(r),
+                    ("incremental", "grpc"): lambda r=incr_req: stub.Classify(r),
+                },
+                ctx.budget,
+            )
+            for (operation, transport), samples in points.items():
+                items = conv.items if operation == "full" else conv.last_turn
+                latency = summarize(samples, 1000)
+                measurements.append(
+                    {
+                        "operation": operation,
+                        "transport": transport,
+                        "turns": turns,
+                        "history_tokens": history,
+                        "items_scored": len(items),
+                        "chars_scored": sum(len(i.text) + len(i.arguments) for i in items),
+                        "latency_ms": latency,
+                        "items_per_s": round(len(items) / (latency["median"] / 1000)),
+                    }
+                )
+                log(
+                    f"safety {operation:11} {transport:10} turns={turns:3} "
+                    f"history={history:6} tokens: {ms(latency)} ms "
+                    f"({len(items)} items)"
+                )
+    return _report(ctx, measurements, time.monotonic() - began)
+
+
+def _pick(measurements: list[dict], operation: str, transport: str) -> list[dict]:
+    return [m for m in measurements if m["operation"] == operation and m["transport"] == transport]
+
+
+def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
+    derived: dict = {}
+    for transport in ("in-process", "grpc"):
+        full = _pick(measurements, "full", transport)
+        incr = _pick(measurements, "incremental", transport)
+        key = transport.replace("-", "_")
+        slope, intercept = linear_fit(
+            [m["history_tokens"] for m in full], [m["latency_ms"]["median"] for m in full]
+        )
+        derived[f"full_{key}_ms_per_1k_history_tokens"] = round(slope * 1000, 3)
+        derived[f"full_{key}_fixed_ms"] = round(intercept, 3)
+        derived[f"full_{key}_median_ms_at_largest"] = full[-1]["latency_ms"]["median"]
+        derived[f"incremental_{key}_median_ms_smallest_history"] = incr[0]["latency_ms"]["median"]
+        derived[f"incremental_{key}_median_ms_largest_history"] = incr[-1]["latency_ms"]["median"]
+        derived[f"full_over_incremental_{key}_at_largest"] = round(
+            full[-1]["latency_ms"]["median"] / incr[-1]["latency_ms"]["median"], 1
+        )
+    full_ip, full_g = _pick(measurements, "full", "in-process"), _pick(measurements, "full", "grpc")
+    inc_ip = _pick(measurements, "incremental", "in-process")
+    inc_g = _pick(measurements, "incremental", "grpc")
+    headline = [
+        f"Full classification, linear fit against the history: "
+        f"{derived['full_in_process_ms_per_1k_history_tokens']:.2f} ms per 1k tokens "
+        f"in-process, {derived['full_grpc_ms_per_1k_history_tokens']:.2f} over gRPC; "
+        f"{full_ip[-1]['history_tokens']:,} tokens ({full_ip[-1]['items_scored']} items) take "
+        f"{full_ip[-1]['latency_ms']['median']:.1f} ms in-process and "
+        f"{full_g[-1]['latency_ms']['median']:.1f} ms over gRPC.",
+        f"Incremental (the last turn only) against the history: "
+        f"{inc_ip[0]['latency_ms']['median']:.2f} -> {inc_ip[-1]['latency_ms']['median']:.2f} ms "
+        f"in-process and {inc_g[0]['latency_ms']['median']:.2f} -> "
+        f"{inc_g[-1]['latency_ms']['median']:.2f} ms over gRPC; "
+        f"{derived['full_over_incremental_grpc_at_largest']:g}x cheaper than full over gRPC at "
+        "the largest size (the model call has a fixed cost of a few ms).",
+    ]
+    rows = []
+    for full_ip in _pick(measurements, "full", "in-process"):
+        cells = {
+            (m["operation"], m["transport"]): m
+            for m in measurements
+            if m["turns"] == full_ip["turns"]
+        }
+        rows.append(
+            [
+                full_ip["turns"],
+                full_ip["history_tokens"],
+                full_ip["items_scored"],
+                ms(cells["full", "in-process"]["latency_ms"]),
+                ms(cells["full", "grpc"]["latency_ms"]),
+                ms(cells["incremental", "in-process"]["latency_ms"]),
+                ms(cells["incremental", "grpc"]["latency_ms"]),
+            ]
+        )
+    table = Table(
+        "Classification latency in ms, median (p90)",
+        [
+            "turns",
+            "history tokens",
+            "items",
+            "full in-proc",
+            "full gRPC",
+            "incremental in-proc",
+            "incremental gRPC",
+        ],
+        rows,
+        "Incremental scores only the last turn's 2-3 items and folds them into the kept state.",
+    )
+    plot = "safety_latency.png"
+    line_plot(
+        ctx.out_dir / plot,
+        "Safety: classification latency vs conversation size",
+        "history tokens",
+        "latency (ms, median)",
+        [
+            Series(
+                f"{op} {tr.replace('grpc', 'gRPC')}",
+                [m["history_tokens"] for m in _pick(measurements, op, tr)],
+                [m["latency_ms"]["median"] for m in _pick(measurements, op, tr)],
+                style,
+            )
+            for op, tr, style in (
+                ("full", "in-process", "o-"),
+                ("full", "grpc", "s-"),
+                ("incremental", "in-process", "o--"),
+                ("incremental", "grpc", "s--"),
+            )
+        ],
+    )
+    return Report(
+        service="safety",
+        title="Safety: full vs incremental classification",
+        summary=(
+            "The same agent conversation as the tokenizer benchmark. *Full* classifies every "
+            "item (mode FULL), *incremental* only the last turn's items on a conversation "
+            "whose state is kept (mode INCREMENTAL). Each item's text is chunked and scored "
+            "by the profanity model in one batch, and scanned for credentials. In-process "
+            "calls `safety.engine.SafetyEngine.classify`; gRPC calls a `python -m safety` "
+            "process on loopback, one request at a time."
+        ),
+        params={"turns": list(ctx.pick(TURNS, QUICK_TURNS)), "budget": vars(ctx.budget)},
+        measurements=measurements,
+        derived=derived,
+        headline=headline,
+        tables=[table],
+        plots=[plot],
+        duration_s=duration,
+    )
