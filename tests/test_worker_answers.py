@@ -153,3 +153,19 @@ def test_invalid_tool_schema_is_a_client_error() -> None:
 def test_instructions_stand_in_when_no_user_message() -> None:
     answer = plan([], instructions="Talk about volcanoes")
     assert "volcanoes" in answer.text
+
+
+def test_a_requested_length_gives_a_long_answer():
+    encoding = harmony_encoding()
+
+    def count(text: str) -> int:
+        return len(encoding.encode(text, disallowed_special=()))
+
+    def ask(text: str) -> str:
+        item = cv.Item(kind=cv.Item.MESSAGE, role="user", text=text)
+        answer = plan_answer([item], [], "auto", 7, count)
+        assert isinstance(answer, MessageAnswer)
+        return answer.text
+
+    assert 2000 <= count(ask("Explain streaming in 2000 words.")) <= 2100
+    assert count(ask("Explain streaming.")) <= 80

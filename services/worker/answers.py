@@ -9,12 +9,14 @@ It reads the structured conversation, like a model would:
    name and description share the most words with the user's last message (ties
    broken by the seed), with arguments valid for its JSON Schema.
 4. Otherwise: a short message (about 20 to 60 tokens) of seeded pseudo-text that
-   mentions the words of the user's question.
+   mentions the words of the user's question; when the user asks for a length ("in
+   2000 words", "500 tokens"), about that many tokens, so long streams can be tested.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,8 @@ from worker.arguments import content_words, generate_arguments, name_words, stab
 Item = conversation_pb2.Item
 OUTPUT_SNIPPET_CHARS = 200
 MIN_TEXT_TOKENS, MAX_TEXT_TOKENS = 20, 60
+MAX_REQUESTED_TOKENS = 32_768
+_LENGTH_REQUEST = re.compile(r"\b(\d{1,6})\s*(?:words|tokens)\b", re.IGNORECASE)
 
 
 class AnswerError(ValueError):
@@ -177,15 +181,37 @@ _SENTENCES = (
 )
 
 
+def requested_length(user_text: str) -> int | None:
+    """Tokens the user asked for ("in 2000 words"), if any."""
+    match = _LENGTH_REQUEST.search(user_text)
+    if match is None:
+        return None
+    return max(1, min(int(match.group(1)), MAX_REQUESTED_TOKENS))
+
+
+def long_text(opening: str, words: list[str], target: int, rng, count_tokens) -> str:
+    """Sentences until about ``target`` tokens, counted per sentence (a whole-text count
+    on every step would be quadratic)."""
+    parts, total = [opening], count_tokens(opening)
+    while total < target:
+        sentence = " " + rng.choice(_SENTENCES).format(w=rng.choice(words) if words else "this")
+        parts.append(sentence)
+        total += count_tokens(sentence)
+    return "".join(parts)
+
+
 def pseudo_text(user_text: str, seed: int, count_tokens: Callable[[str], int]) -> str:
     words = content_words(user_text)
     rng = stable_rng(seed, "text", user_text)
-    target = rng.randint(MIN_TEXT_TOKENS, MAX_TEXT_TOKENS)
+    requested = requested_length(user_text)
+    target = requested or rng.randint(MIN_TEXT_TOKENS, MAX_TEXT_TOKENS)
     if words:
         topic = " and ".join(words[:2]) if len(words) > 1 else words[0]
         text = rng.choice(_OPENERS).format(topic=topic)
     else:
         text = rng.choice(_GENERIC_OPENERS)
+    if requested is not None and requested > MAX_TEXT_TOKENS:
+        return long_text(text, words, target, rng, count_tokens)
     used = {text}
     while (length := count_tokens(text)) < target:
         sentence = rng.choice(_SENTENCES).format(w=rng.choice(words) if words else "this")
