@@ -169,13 +169,10 @@ class ResponseEngine:
             affinity_key=parent.affinity_key if parent else response_id,
             model=model,
         )
-        with ctx.stage("safety"):
-            await self._classify(prepared, parent, proto_new)
+        checks = [("safety", self._classify), ("render", self._render)]
         if not ctx.pipeline.image_hop:
-            with ctx.stage("resolve_images"):
-                await self._resolve_images(prepared, parent, proto_new)
-        with ctx.stage("render"):
-            await self._render(prepared, parent, proto_new)
+            checks.insert(1, ("resolve_images", self._resolve_images))
+        await self._run_checks(prepared, parent, proto_new, checks)
         if len(prepared.prompt) > model.context_window:
             raise invalid(
                 f"Your input is {len(prepared.prompt)} tokens, over the model's context window of {model.context_window}.",
@@ -186,6 +183,27 @@ class ResponseEngine:
             with ctx.stage("route"):
                 prepared.route = await self._route(prepared, parent)
         return prepared
+
+    async def _run_checks(self, prepared, parent, proto_new, checks) -> None:
+        """Safety, image resolution and rendering: independent of one another, and all
+        done before generation starts. Overlapped when the pipeline says so."""
+        ctx = prepared.ctx
+
+        async def timed(name, check) -> None:
+            with ctx.stage(name):
+                await check(prepared, parent, proto_new)
+
+        if not ctx.pipeline.overlap_checks:
+            for name, check in checks:
+                await timed(name, check)
+            return
+        try:
+            async with asyncio.TaskGroup() as group:
+                for name, check in checks:
+                    group.create_task(timed(name, check))
+        except* ApiError as failed:
+            # A client error from any check (a block, a bad image) answers the request.
+            raise failed.exceptions[0] from None
 
     async def _load_parent(self, previous_id: str, ctx: RequestContext) -> ConversationState:
         if ctx.pipeline.connection_cache and ctx.connection_cache is not None:

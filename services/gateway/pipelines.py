@@ -31,6 +31,9 @@ class Pipeline:
     reuse_route: bool
     # Reach the worker through the image-resolution proxy.
     image_hop: bool
+    # Run safety, image resolution and rendering at the same time (all finish before
+    # generation starts).
+    overlap_checks: bool
     # Record billing before the terminal event (instead of in the background).
     blocking_billing: bool
 
@@ -45,6 +48,7 @@ LEGACY = Pipeline(
     append_render=False,
     reuse_route=False,
     image_hop=True,
+    overlap_checks=False,
     blocking_billing=True,
 )
 SPRINT = Pipeline(
@@ -57,6 +61,7 @@ SPRINT = Pipeline(
     append_render=True,
     reuse_route=False,
     image_hop=False,
+    overlap_checks=True,
     blocking_billing=False,
 )
 CONNECTION = Pipeline(
@@ -69,6 +74,7 @@ CONNECTION = Pipeline(
     append_render=True,
     reuse_route=True,
     image_hop=False,
+    overlap_checks=True,
     blocking_billing=False,
 )
 PIPELINES = {p.name: p for p in (LEGACY, SPRINT, CONNECTION)}
