@@ -53,9 +53,22 @@ async def run(ctx: Context) -> Report:
                 mode=safety_pb2.INCREMENTAL,
                 items=conv.last_turn,
             )
+            full_fast, incr_fast = safety_pb2.ClassifyRequest(), safety_pb2.ClassifyRequest()
+            full_fast.CopyFrom(full_req)
+            incr_fast.CopyFrom(incr_req)
+            full_fast.fast_path = incr_fast.fast_path = True
             await stub.Classify(full_req)
             points = await sample(
                 {
+                    # The fused model (sprint and connection pipelines): same scores.
+                    ("full fast", "in-process"): lambda c=conv, k=conv_id: engine.record(
+                        TENANT, k, Mode.FULL, engine.analyze(c.items, True)
+                    ),
+                    ("incremental fast", "in-process"): lambda c=conv, k=conv_id: engine.record(
+                        TENANT, k, Mode.INCREMENTAL, engine.analyze(c.last_turn, True)
+                    ),
+                    ("full fast", "grpc"): lambda r=full_fast: stub.Classify(r),
+                    ("incremental fast", "grpc"): lambda r=incr_fast: stub.Classify(r),
                     ("full", "in-process"): lambda c=conv, k=conv_id: engine.classify(
                         TENANT, k, Mode.FULL, c.items
                     ),
@@ -68,7 +81,7 @@ async def run(ctx: Context) -> Report:
                 ctx.budget,
             )
             for (operation, transport), samples in points.items():
-                items = conv.items if operation == "full" else conv.last_turn
+                items = conv.items if operation.startswith("full") else conv.last_turn
                 latency = summarize(samples, 1000)
                 measurements.append(
                     {
@@ -97,6 +110,17 @@ def _pick(measurements: list[dict], operation: str, transport: str) -> list[dict
 def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
     derived: dict = {}
     for transport in ("in-process", "grpc"):
+        key = transport.replace("-", "_")
+        fast = _pick(measurements, "incremental fast", transport)
+        slow = _pick(measurements, "incremental", transport)
+        derived[f"incremental_fast_{key}_median_ms_largest_history"] = fast[-1]["latency_ms"][
+            "median"
+        ]
+        derived[f"library_over_fused_incremental_{key}_at_largest"] = round(
+            slow[-1]["latency_ms"]["median"] / fast[-1]["latency_ms"]["median"], 1
+        )
+        full_fast = _pick(measurements, "full fast", transport)
+        derived[f"full_fast_{key}_median_ms_at_largest"] = full_fast[-1]["latency_ms"]["median"]
         full = _pick(measurements, "full", transport)
         incr = _pick(measurements, "incremental", transport)
         key = transport.replace("-", "_")
@@ -127,6 +151,12 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
         f"{inc_g[-1]['latency_ms']['median']:.2f} ms over gRPC; "
         f"{derived['full_over_incremental_grpc_at_largest']:g}x cheaper than full over gRPC at "
         "the largest size (the model call has a fixed cost of a few ms).",
+        f"The fused model (sprint and connection pipelines; the same scores) classifies the last "
+        f"turn in {derived['incremental_fast_in_process_median_ms_largest_history']:.2f} ms "
+        f"in-process and {derived['incremental_fast_grpc_median_ms_largest_history']:.2f} ms over "
+        f"gRPC ({derived['library_over_fused_incremental_grpc_at_largest']:g}x faster than the "
+        f"library's path), and the whole {full_ip[-1]['history_tokens']:,}-token conversation in "
+        f"{derived['full_fast_grpc_median_ms_at_largest']:.1f} ms over gRPC.",
     ]
     rows = []
     for full_ip in _pick(measurements, "full", "in-process"):
@@ -144,6 +174,8 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
                 ms(cells["full", "grpc"]["latency_ms"]),
                 ms(cells["incremental", "in-process"]["latency_ms"]),
                 ms(cells["incremental", "grpc"]["latency_ms"]),
+                ms(cells["full fast", "grpc"]["latency_ms"]),
+                ms(cells["incremental fast", "grpc"]["latency_ms"]),
             ]
         )
     table = Table(
@@ -156,6 +188,8 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
             "full gRPC",
             "incremental in-proc",
             "incremental gRPC",
+            "full fused gRPC",
+            "incremental fused gRPC",
         ],
         rows,
         "Incremental scores only the last turn's 2-3 items and folds them into the kept state.",
@@ -178,6 +212,8 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
                 ("full", "grpc", "s-"),
                 ("incremental", "in-process", "o--"),
                 ("incremental", "grpc", "s--"),
+                ("full fast", "grpc", "^-"),
+                ("incremental fast", "grpc", "^--"),
             )
         ],
     )
