@@ -17,8 +17,8 @@ from websockets.sync.client import connect as ws_connect
 pytestmark = pytest.mark.stack
 
 
-@pytest.fixture
-def gateway(stack):
+def start_gateway(stack, ready_path="/readyz", **overrides):
+    """A gateway process on a free port, wired to the stack's backends unless overridden."""
     port = free_port()
     env = {
         "TURNPIKE_GATEWAY_PORT": str(port),
@@ -28,26 +28,35 @@ def gateway(stack):
         "TURNPIKE_BILLING_ADDR": stack.billing,
         "TURNPIKE_IMAGERES_ADDR": stack.imageres,
         "TURNPIKE_API_KEYS": "sk-turnpike-dev:dev",
-        "TURNPIKE_WS_MAX_LIFETIME_S": "2",
+        "TURNPIKE_ALLOW_PIPELINE_OVERRIDE": "true",
+        **overrides,
     }
     proc = start_service("gateway", env)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                break
+            if httpx.get(f"{base}{ready_path}", timeout=1).status_code == 200:
+                return proc, base
         except httpx.HTTPError:
             pass
         assert proc.poll() is None, "gateway exited during startup"
         time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail("gateway did not become ready")
-    yield proc, base
+    proc.kill()
+    pytest.fail("gateway did not become ready")
+
+
+def stop(proc):
     if proc.poll() is None:
         proc.kill()
         proc.wait(10)
+
+
+@pytest.fixture
+def gateway(stack):
+    proc, base = start_gateway(stack, TURNPIKE_WS_MAX_LIFETIME_S="2")
+    yield proc, base
+    stop(proc)
 
 
 def test_websocket_closes_with_1001_after_its_lifetime(gateway):
@@ -83,3 +92,55 @@ def test_sigterm_lets_an_in_flight_response_finish(gateway):
     assert events[-1] == "response.completed"
     # uvicorn re-raises SIGTERM once its graceful shutdown is done.
     assert proc.wait(20) in (0, -signal.SIGTERM)
+
+
+def test_a_billing_outage_delays_usage_records_but_loses_none(stack, tmp_path):
+    """Billing is down while responses complete (on the blocking legacy path too); once it
+    is back, every response is billed exactly once, and a restart changes nothing."""
+    billing_port = free_port()
+    proc, base = start_gateway(
+        stack, ready_path="/healthz", TURNPIKE_BILLING_ADDR=f"127.0.0.1:{billing_port}"
+    )
+    billing = None
+    headers = {"Authorization": "Bearer sk-turnpike-dev"}
+    try:
+        created = []
+        for pipeline in ("sprint", "legacy", "sprint", "legacy"):
+            reply = httpx.post(
+                f"{base}/v1/responses",
+                json={"model": "turnpike-sim-4000", "input": f"bill {pipeline}"},
+                headers={**headers, "X-Turnpike-Pipeline": pipeline},
+                timeout=30,
+            )
+            assert reply.status_code == 200, reply.text
+            created.append(reply.json())
+        billing_env = {
+            "TURNPIKE_BILLING_PORT": str(billing_port),
+            "TURNPIKE_BILLING_LEDGER": str(tmp_path / "ledger.sqlite3"),
+        }
+        billing = start_service("billing", billing_env)
+
+        def totals():
+            reply = httpx.get(f"{base}/v1/usage", headers=headers, timeout=5)
+            return reply.json() if reply.status_code == 200 else None
+
+        deadline = time.monotonic() + 30
+        while (now := totals()) is None or now["pending_events"] or now["responses"] < 4:
+            assert time.monotonic() < deadline, f"usage never arrived: {now}"
+            time.sleep(0.2)
+        assert now["responses"] == 4
+        assert now["input_tokens"] == sum(r["usage"]["input_tokens"] for r in created)
+        assert now["output_tokens"] == sum(r["usage"]["output_tokens"] for r in created)
+
+        billing.send_signal(signal.SIGTERM)
+        assert billing.wait(15) == 0
+        billing = start_service("billing", billing_env)
+        deadline = time.monotonic() + 30
+        while (again := totals()) is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert again["responses"] == 4 and again["input_tokens"] == now["input_tokens"]
+    finally:
+        stop(proc)
+        if billing is not None:
+            stop(billing)
