@@ -7,13 +7,17 @@ PY     := $(VENV)/bin/python
 PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv protos run test lint format lock clean
+.PHONY: help venv protos run test lint format lock clean images up down logs ps bench-services bench
 
 help:
 	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1)"
 	@echo "make test    the whole test suite"
 	@echo "make protos  regenerate gRPC stubs from protos/"
 	@echo "make lint    ruff check and format check"
+	@echo "make up      the stack as containers (builds what is missing, waits until healthy); make down|ps|logs"
+	@echo "make images  build the container images (no registry needed)"
+	@echo "make bench-services  benchmark each backend service (results in bench/results/services/)"
+	@echo "make bench   the agent-loop benchmark against a stack started by make run (bench/results/)"
 
 # The virtual environment is rebuilt whenever the lock file changes.
 $(VENV)/.installed: requirements.lock pyproject.toml
@@ -31,9 +35,41 @@ protos: venv
 run: venv
 	$(PY) -m devstack
 
+# With a Docker engine, the images come first: the container tests (tests/containers) run
+# against them. Without one, those tests are skipped and say why.
 test: venv
 	$(PY) -m ruff check .
+	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory images; \
+	else echo "No Docker engine answers: the container tests will be skipped."; fi
 	$(PY) -m pytest
+
+# Containers (deploy/, compose.yaml, .env). Compose is `docker compose` or `docker-compose`,
+# whichever this machine has. PROFILES=redis adds the optional Redis tier; Jaeger runs
+# when its image is here. LOGS_ARGS="--follow gateway" to follow one service.
+images: venv
+	$(PY) deploy/images.py
+
+up: images
+	$(PY) deploy/compose.py up
+
+down:
+	$(PYTHON) deploy/compose.py down
+
+ps:
+	$(PYTHON) deploy/compose.py ps
+
+logs:
+	$(PYTHON) deploy/compose.py logs $(LOGS_ARGS)
+
+# Each backend service's own work, in-process and over gRPC (a few minutes; BENCH_ARGS=--quick
+# for a smoke run).
+bench-services: venv
+	$(PY) -m bench.services $(BENCH_ARGS)
+
+# The agent loop over the OpenAI SDK, every pipeline side by side, against the stack `make run`
+# started (about 20 minutes; BENCH_ARGS=--quick for a smoke run, --start-stack to start one).
+bench: venv
+	$(PY) -m bench.loop $(BENCH_ARGS)
 
 lint: venv
 	$(PY) -m ruff check .

@@ -16,6 +16,8 @@ _OPTIONS = [
     # Fail fast and reconnect quickly when a peer restarts.
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2000),
+    # A restarted container may come back at a new address: re-resolve names quickly.
+    ("grpc.dns_min_time_between_resolutions_ms", 1000),
 ]
 
 

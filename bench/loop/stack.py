@@ -1,0 +1,169 @@
+"""The stack under test: one already running (``make run``) or one started here, and the
+CPU time its processes spend (Linux ``/proc``), so a result can say which service the
+time went to."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from devstack.stack import DEV_API_KEY, LocalStack, StackConfig
+
+# Where `make run` puts everything (devstack's defaults).
+DEFAULT = StackConfig()
+DEFAULT_BASE_URL = DEFAULT.base_url
+DEFAULT_ROUTER = DEFAULT.address(DEFAULT.router_port)
+
+
+class StackMissing(RuntimeError):
+    pass
+
+
+@dataclass
+class Target:
+    base_url: str
+    api_key: str
+    router: str  # the router's gRPC address (the direct variant asks it for a worker)
+    description: str
+    pids: dict[str, int] = field(default_factory=dict)  # process name -> pid, when known
+    local: LocalStack | None = None
+    state_dir: Path | None = None
+
+    def stop(self) -> None:
+        if self.local is not None:
+            self.local.stop()
+            self.local = None
+
+
+def root_of(base_url: str) -> str:
+    parts = urlsplit(base_url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def check_ready(base_url: str, timeout_s: float = 3.0) -> None:
+    url = root_of(base_url) + "/readyz"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as reply:
+            if reply.status == 200:
+                return
+            problem = f"answered {reply.status}"
+    except urllib.error.HTTPError as exc:
+        problem = f"answered {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        problem = f"did not answer ({getattr(exc, 'reason', exc)})"
+    raise StackMissing(
+        f"No ready Turnpike stack at {url}: it {problem}.\n"
+        "Start one in another terminal with `make run` (and wait for its banner), then run "
+        "`make bench` again; or let the benchmark start its own stack on free ports with "
+        "`make bench BENCH_ARGS=--start-stack`."
+    )
+
+
+def running(base_url: str, api_key: str, router: str) -> Target:
+    check_ready(base_url)
+    target = Target(base_url, api_key, router, f"running stack at {root_of(base_url)}")
+    target.pids = pids_listening(_ports_of(base_url, router))
+    return target
+
+
+def start_local() -> Target:
+    """A fresh stack on free ports with a private state folder, no tracing, and none of
+    the caller's TURNPIKE_* settings (devstack's own wiring allows the pipeline header)."""
+    state_dir = Path(tempfile.mkdtemp(prefix="turnpike-bench-loop-"))
+    config = StackConfig.on_free_ports(
+        state_dir=state_dir,
+        inherit_turnpike_env=False,
+        extra_env={"OTEL_SDK_DISABLED": "true"},
+        startup_timeout_s=90.0,
+    )
+    local = LocalStack(config)
+    local.start()
+    ep = local.endpoints
+    return Target(
+        ep.base_url,
+        ep.api_key or DEV_API_KEY,
+        ep.router,
+        f"stack started by the benchmark on free ports (ready in {local.ready_after_s:.1f} s)",
+        pids=dict(local.pids),
+        local=local,
+        state_dir=state_dir,
+    )
+
+
+# -- CPU accounting ----------------------------------------------------------------------
+
+
+def _ports_of(base_url: str, router: str) -> dict[int, str]:
+    """Ports of `make run`'s processes: the gateway's from the URL, the rest devstack's
+    defaults (the router's from ``router``)."""
+    ports = {urlsplit(base_url).port or 80: "gateway"}
+    for name, port in DEFAULT.ports().items():
+        if name != "gateway":
+            ports[port] = name
+    ports[int(router.rsplit(":", 1)[1])] = "router"
+    return ports
+
+
+def pids_listening(ports: dict[int, str]) -> dict[str, int]:
+    """Which process listens on each port (best effort: empty where /proc says nothing)."""
+    try:
+        inodes: dict[str, str] = {}
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            if not os.path.exists(table):
+                continue
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    port = int(cols[1].rsplit(":", 1)[1], 16)
+                    if cols[3] == "0A" and port in ports:  # LISTEN
+                        inodes[cols[9]] = ports[port]
+        found: dict[str, int] = {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if link.startswith("socket:[") and link[8:-1] in inodes:
+                        found.setdefault(inodes[link[8:-1]], int(pid))
+            except OSError:
+                continue
+        return found
+    except OSError:
+        return {}
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of one process so far (None when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds spent by the stack's processes between ``start()`` and ``stop()``."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self._start: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._start = {name: cpu_seconds(pid) or 0.0 for name, pid in self.pids.items()}
+
+    def stop(self) -> dict[str, float]:
+        """Milliseconds of CPU per process, workers summed as "worker"."""
+        spent: dict[str, float] = {}
+        for name, pid in self.pids.items():
+            now = cpu_seconds(pid)
+            if now is None:
+                continue
+            key = "worker" if name.startswith("worker") else name
+            spent[key] = spent.get(key, 0.0) + (now - self._start.get(name, now)) * 1000
+        return spent

@@ -1,0 +1,388 @@
+"""`make images`: every image the container stack needs, on a machine with or without a
+registry.
+
+1. Third-party images named in .env. One that is here is used as it is; one that is
+   missing is pulled; one that cannot be pulled is built here as a stand-in under the
+   same name, from Debian bookworm packages (debootstrap, then ``docker import``):
+   ``PYTHON_IMAGE`` (minbase + Debian's python3, 3.11) and ``REDIS_IMAGE`` (minbase +
+   ``redis-server``). ``JAEGER_IMAGE`` cannot be built that way; without it the stack
+   runs without Jaeger (``make up`` says so).
+2. The wheels of every pinned package the services need (deploy/requirements/), for
+   Linux x86-64 and CPython 3.11, downloaded into deploy/.build/wheels when the pins
+   change.
+3. One image per service from deploy/docker/Dockerfile (``docker build``; unchanged
+   layers come from the build cache, so a rebuild after a code change takes seconds).
+
+Progress goes to stdout; each service build's full output to deploy/.build/logs/.
+Building a stand-in base needs root (debootstrap); it is installed with apt-get when
+missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from compose import image_exists, read_env
+
+REPO = Path(__file__).resolve().parents[1]
+BUILD = REPO / "deploy" / ".build"
+REQUIREMENTS = REPO / "deploy" / "requirements"
+DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
+SERVICES = ("gateway", "safety", "tokenizer", "router", "billing", "imageres", "worker")
+
+DEBIAN_SUITE = "bookworm"
+PULL_TIMEOUT_S = 60
+# Wheels for the images, whatever machine builds them: glibc 2.36 (bookworm) x86-64.
+WHEEL_PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] + [
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+]
+# What `docker build` must never see from the caller's environment: BuildKit needs the
+# buildx plugin, which a plain engine install may lack; the classic builder is enough.
+BUILD_ENV = {"DOCKER_BUILDKIT": "0"}
+
+
+def say(message: str) -> None:
+    print(f"[images] {message}", flush=True)
+
+
+# -- configuration -------------------------------------------------------------------------
+
+
+def service_image(env: dict[str, str], service: str) -> str:
+    return f"{env['IMAGE_NAME']}/{service}:{env['IMAGE_VERSION']}"
+
+
+# -- docker ----------------------------------------------------------------------------------
+
+
+def docker(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], **kwargs)
+
+
+def image_size_mb(name: str) -> float:
+    out = docker("image", "inspect", "--format", "{{.Size}}", name, capture_output=True, text=True)
+    return int(out.stdout.strip() or 0) / 1e6
+
+
+def try_pull(name: str) -> bool:
+    say(f"{name}: not here; pulling")
+    try:
+        pulled = docker(
+            "pull", "--quiet", name, capture_output=True, text=True, timeout=PULL_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        say(f"{name}: no answer from the registry within {PULL_TIMEOUT_S} s")
+        return False
+    if pulled.returncode == 0:
+        return True
+    reason = (pulled.stderr.strip().splitlines() or ["unknown error"])[-1]
+    say(f"{name}: cannot be pulled ({reason})")
+    return False
+
+
+# -- stand-ins from Debian packages ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StandIn:
+    kind: str
+    packages: tuple[str, ...]
+    changes: tuple[str, ...]  # `docker import --change` instructions
+
+
+STANDINS = {
+    "python": StandIn(
+        "python",
+        ("python3",),
+        (
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "ENV LANG=C.UTF-8",
+            'CMD ["python3"]',
+        ),
+    ),
+    "redis": StandIn(
+        "redis",
+        ("redis-server",),
+        (
+            "ENV LANG=C.UTF-8",
+            "USER redis",
+            "WORKDIR /var/lib/redis",
+            "EXPOSE 6379",
+            'CMD ["redis-server", "--protected-mode", "no"]',
+        ),
+    ),
+}
+
+# Removed from a stand-in's root filesystem, as Debian's own slim images do.
+PRUNE = (
+    "var/lib/apt/lists",
+    "var/cache/apt",
+    "var/cache/debconf",
+    "var/log",
+    "usr/share/doc",
+    "usr/share/man",
+    "usr/share/info",
+    "usr/share/locale",
+    "tmp",
+)
+# Keeps later package installs as small (same paths as Debian's slim images exclude).
+DPKG_SLIM = """\
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+"""
+
+
+def ensure_debootstrap() -> None:
+    if os.geteuid() != 0:
+        raise SystemExit(
+            "[images] building a stand-in image needs root (debootstrap). Run `sudo make "
+            "images`, or provide the image named in .env (docker pull / docker load)."
+        )
+    if shutil.which("debootstrap"):
+        return
+    say("installing debootstrap (apt-get)")
+    subprocess.run(["apt-get", "update", "-qq"], check=True)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "debootstrap"],
+        check=True,
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+    )
+
+
+def prune(rootfs: Path) -> None:
+    for relative in PRUNE:
+        folder = rootfs / relative
+        if folder.is_dir():
+            for child in folder.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+    for relative in ("var/lib/apt/lists/partial", "var/cache/apt/archives/partial"):
+        (rootfs / relative).mkdir(parents=True, exist_ok=True)
+    (rootfs / "tmp").chmod(0o1777)
+    # Docker provides these at run time; the build machine's must not be baked in.
+    for relative in ("etc/resolv.conf", "etc/hostname", "etc/hosts"):
+        path = rootfs / relative
+        if path.exists() or path.is_symlink():
+            path.unlink()
+        path.write_text("")
+    (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").write_text(DPKG_SLIM)
+
+
+def remove_rootfs(rootfs: Path) -> None:
+    """Delete a root file system, after unmounting what a failed debootstrap may have left
+    mounted in it (/proc, /sys), deepest first: never delete through a mount."""
+    mounts = Path("/proc/mounts").read_text().splitlines() if Path("/proc/mounts").exists() else []
+    inside = [m.split()[1] for m in mounts if m.split()[1].startswith(f"{rootfs}/")]
+    for mountpoint in sorted(inside, key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", mountpoint], check=True)
+    if rootfs.exists():
+        shutil.rmtree(rootfs)
+
+
+def build_standin(standin: StandIn, image: str) -> None:
+    ensure_debootstrap()
+    rootfs = BUILD / "rootfs" / standin.kind
+    debs = BUILD / "debs"  # downloaded packages, shared by every stand-in
+    debs.mkdir(parents=True, exist_ok=True)
+    remove_rootfs(rootfs)
+    rootfs.parent.mkdir(parents=True, exist_ok=True)
+    say(
+        f"{image}: building a stand-in from Debian {DEBIAN_SUITE} packages: minbase + "
+        f"{', '.join(standin.packages)} (debootstrap, about a minute)"
+    )
+    begin = time.monotonic()
+    command = [
+        "debootstrap",
+        "--variant=minbase",
+        f"--include={','.join(standin.packages)}",
+        f"--cache-dir={debs}",
+        DEBIAN_SUITE,
+        str(rootfs),
+    ]
+    if mirror := os.environ.get("DEBOOTSTRAP_MIRROR"):
+        command.append(mirror)
+    log = BUILD / "logs" / f"debootstrap-{standin.kind}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"[images] debootstrap failed; see {log}:\n{tail(log)}")
+    prune(rootfs)
+    description = (
+        f"Stand-in for {image}, built locally from Debian {DEBIAN_SUITE} packages "
+        f"(debootstrap minbase + {' '.join(standin.packages)})"
+    )
+    changes = [
+        *standin.changes,
+        f'LABEL org.opencontainers.image.description="{description}"',
+        f"LABEL org.turnpike.stand-in={standin.kind}",
+    ]
+    importer = subprocess.Popen(
+        ["docker", "import", *(arg for c in changes for arg in ("--change", c)), "-", image],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+    )
+    assert importer.stdin is not None
+    with tarfile.open(fileobj=importer.stdin, mode="w|") as tar:
+        tar.add(rootfs, arcname=".")
+    importer.stdin.close()
+    if importer.wait() != 0:
+        raise SystemExit(f"[images] docker import of {image} failed")
+    remove_rootfs(rootfs)
+    say(
+        f"{image}: stand-in built in {time.monotonic() - begin:.0f} s "
+        f"({image_size_mb(image):.0f} MB)"
+    )
+
+
+def ensure_third_party(env: dict[str, str]) -> dict[str, str]:
+    """Each third-party image's state: present, pulled, built (a stand-in) or missing."""
+    states = {}
+    for key, kind in (("PYTHON_IMAGE", "python"), ("REDIS_IMAGE", "redis")):
+        image = env[key]
+        if image_exists(image):
+            states[image] = "present"
+        elif try_pull(image):
+            states[image] = "pulled"
+        else:
+            build_standin(STANDINS[kind], image)
+            states[image] = "stand-in built"
+    jaeger = env["JAEGER_IMAGE"]
+    if image_exists(jaeger):
+        states[jaeger] = "present"
+    elif try_pull(jaeger):
+        states[jaeger] = "pulled"
+    else:
+        states[jaeger] = "missing"
+        say(
+            f"{jaeger}: not available and cannot be built from Debian packages; the stack "
+            "runs without Jaeger (its services still export OTLP to "
+            "OTEL_EXPORTER_OTLP_ENDPOINT)"
+        )
+    return states
+
+
+# -- wheels ------------------------------------------------------------------------------------
+
+
+def requirement_files() -> list[Path]:
+    return sorted(REQUIREMENTS.glob("*.txt"))
+
+
+def ensure_wheels() -> Path:
+    """Download every pinned wheel the images install, when the pins changed."""
+    wheels = BUILD / "wheels"
+    stamp = BUILD / "wheels.sha256"
+    digest = hashlib.sha256()
+    for path in requirement_files():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    if wheels.is_dir() and stamp.is_file() and stamp.read_text() == digest.hexdigest():
+        say(f"wheels: up to date ({len(list(wheels.glob('*.whl')))} in {wheels.relative_to(REPO)})")
+        return wheels
+    if wheels.exists():
+        shutil.rmtree(wheels)
+    say("wheels: downloading the pinned packages for linux x86-64, CPython 3.11")
+    begin = time.monotonic()
+    command = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+        "--no-deps", "--only-binary=:all:", "--python-version", "3.11",
+        "--implementation", "cp", "--abi", "cp311", "--dest", str(wheels),
+    ]  # fmt: skip
+    for platform in WHEEL_PLATFORMS:
+        command += ["--platform", platform]
+    for path in requirement_files():
+        command += ["-r", str(path)]
+    subprocess.run(command, check=True)
+    stamp.write_text(digest.hexdigest())
+    size = sum(p.stat().st_size for p in wheels.glob("*.whl")) / 1e6
+    say(
+        f"wheels: {len(list(wheels.glob('*.whl')))} ({size:.0f} MB) in "
+        f"{time.monotonic() - begin:.0f} s"
+    )
+    return wheels
+
+
+# -- service images ---------------------------------------------------------------------------
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def build_service(env: dict[str, str], service: str, index: int, total: int) -> float:
+    image = service_image(env, service)
+    say(f"[{index}/{total}] {image}: building")
+    log = BUILD / "logs" / f"{service}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    begin = time.monotonic()
+    with log.open("w") as out:
+        done = subprocess.run(
+            [
+                "docker",
+                "build",
+                "--force-rm",
+                "--file",
+                str(DOCKERFILE),
+                "--build-arg",
+                f"PYTHON_IMAGE={env['PYTHON_IMAGE']}",
+                "--build-arg",
+                f"SERVICE={service}",
+                "--tag",
+                image,
+                str(REPO),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **BUILD_ENV},
+        )
+    elapsed = time.monotonic() - begin
+    if done.returncode != 0:
+        raise SystemExit(f"[images] building {image} failed; last lines of {log}:\n{tail(log)}")
+    say(f"[{index}/{total}] {image}: built in {elapsed:.1f} s, {image_size_mb(image):.0f} MB")
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "services",
+        nargs="*",
+        help=f"service images to build (default: all of {', '.join(SERVICES)})",
+    )
+    args = parser.parse_args(argv)
+    if unknown := sorted(set(args.services) - set(SERVICES)):
+        parser.error(f"unknown service(s): {', '.join(unknown)}")
+    if docker("info", capture_output=True).returncode != 0:
+        raise SystemExit("[images] no Docker engine answers (docker info failed)")
+    begin = time.monotonic()
+    env = read_env()
+    states = ensure_third_party(env)
+    ensure_wheels()
+    services = args.services or list(SERVICES)
+    say(f"building {len(services)} service image(s) with deploy/docker/Dockerfile")
+    for index, service in enumerate(services, 1):
+        build_service(env, service, index, len(services))
+    for image, state in states.items():
+        say(f"{image}: {state}")
+    say(f"done in {time.monotonic() - begin:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""Fixtures of the container tests (marked ``containers``).
+
+``container_stack`` (session scope) is the whole stack of compose.yaml, from the images
+`make images` built, as a Compose project of its own (its own network, volume and
+published gateway port, so it runs beside a `make up` stack), with the optional Redis
+tier enabled. Its services export OTLP to ``otlp``, a receiver in this process that
+the containers reach through the Docker host (``host.docker.internal``).
+
+Compose runs through deploy/compose.py (``docker compose`` or ``docker-compose``, whichever
+the machine has: testcontainers' own Compose wrapper needs v2); testcontainers drives the
+single containers (stop and start one, run an image).
+
+Without a Docker engine every test that needs one is skipped, saying so. With an
+engine but without the images, they fail: `make test` builds them first.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from otlp_receiver import Receiver
+
+REPO = Path(__file__).resolve().parents[2]
+SERVICES = ("gateway", "safety", "tokenizer", "router", "billing", "imageres", "worker")
+DOCKER_FIXTURES = {"docker_engine", "images", "container_stack", "otlp"}
+
+# testcontainers' reaper container would have to be pulled; the fixtures clean up
+# themselves.
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+deploy_compose = _load("turnpike_deploy_compose", REPO / "deploy" / "compose.py")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "containers: needs a Docker engine and the images of `make images`"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.containers)
+
+
+# -- the engine and the images ------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> None:
+    try:
+        info = subprocess.run(["docker", "info"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        info = None
+    if info is None or info.returncode != 0:
+        pytest.skip("no Docker engine answers (`docker info` failed): container tests skipped")
+
+
+@dataclass(frozen=True)
+class Images:
+    settings: dict[str, str]
+
+    def service(self, name: str) -> str:
+        return f"{self.settings['IMAGE_NAME']}/{name}:{self.settings['IMAGE_VERSION']}"
+
+
+@pytest.fixture(scope="session")
+def images(docker_engine: None) -> Images:
+    settings = deploy_compose.read_env()
+    found = Images(settings)
+    wanted = [found.service(s) for s in SERVICES] + [settings["PYTHON_IMAGE"]]
+    if missing := [name for name in wanted if not deploy_compose.image_exists(name)]:
+        pytest.fail(f"images missing: {', '.join(missing)}; run `make images`", pytrace=False)
+    return found
+
+
+# -- the OTLP receiver --------------------------------------------------------------------
+
+
+def host_gateway_ip(image: str) -> str:
+    """The Docker host's address as containers see it (``host-gateway``)."""
+    probe = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--add-host",
+            "dockerhost:host-gateway",
+            image,
+            "getent",
+            "hosts",
+            "dockerhost",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if probe.returncode != 0 or not probe.stdout.split():
+        pytest.fail(f"cannot resolve host-gateway in a container: {probe.stderr}", pytrace=False)
+    return probe.stdout.split()[0]
+
+
+@pytest.fixture(scope="session")
+def otlp(images: Images) -> Iterator[Receiver]:
+    """Listens on the host's bridge address only: reachable from the containers, not
+    from outside this machine."""
+    receiver = Receiver()
+    address = host_gateway_ip(images.service("router"))
+    try:
+        receiver.start(address)
+    except RuntimeError as err:  # grpc cannot bind: the engine is not on this host
+        pytest.skip(f"cannot listen on the Docker host address {address}: {err}")
+    try:
+        yield receiver
+    finally:
+        receiver.stop()
+
+
+# -- the stack -------------------------------------------------------------------------------
+
+TENANT_KEYS = {
+    "dev": "sk-turnpike-dev",
+    "billing": "sk-test-billing",
+    "faults": "sk-test-faults",
+    "sdk": "sk-test-sdk",
+}
+
+
+@dataclass
+class ContainerStack:
+    compose: object  # deploy/compose.py's Compose
+    gateway: str  # http://127.0.0.1:<port>
+    keys: dict[str, str]  # tenant -> API key
+    ready_after_s: float
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.gateway}/v1"
+
+    @property
+    def ws_url(self) -> str:
+        return self.base_url.replace("http://", "ws://") + "/responses"
+
+    def container(self, service: str):
+        """The service's container (docker SDK object, through testcontainers)."""
+        from testcontainers.core.docker_client import DockerClient
+
+        return DockerClient().client.containers.get(self.compose.container_id(service))
+
+    def wait_healthy(self, *services: str, timeout_s: float = 90.0) -> float:
+        return self.compose.wait_healthy(timeout_s, services=services or None)
+
+    def gateway_alive(self) -> bool:
+        try:
+            return httpx.get(f"{self.gateway}/healthz", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def container_stack(images: Images, otlp: Receiver) -> Iterator[ContainerStack]:
+    port = free_port()
+    env = {
+        "GATEWAY_PUBLISHED_PORT": str(port),
+        "PUBLISH_ADDRESS": "127.0.0.1",
+        "TURNPIKE_API_KEYS": ",".join(f"{key}:{tenant}" for tenant, key in TENANT_KEYS.items()),
+        "TURNPIKE_ALLOW_PIPELINE_OVERRIDE": "true",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://host.docker.internal:{otlp.port}",
+        # Export within a fifth of a second, so the tests wait little.
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+    }
+    compose = deploy_compose.Compose(
+        project=f"turnpike-test-{os.getpid()}", env=env, profiles=["redis"], quiet=True
+    )
+    begin = time.monotonic()
+    try:
+        ready_after = compose.up(timeout_s=180, progress=False)
+    except deploy_compose.ComposeError as err:
+        compose.down(volumes=True)
+        pytest.fail(f"the container stack did not come up: {err}", pytrace=False)
+    stack = ContainerStack(compose, f"http://127.0.0.1:{port}", dict(TENANT_KEYS), ready_after)
+    try:
+        yield stack
+    finally:
+        compose.down(volumes=True)
+        print(
+            f"container stack: up in {ready_after:.1f} s, session {time.monotonic() - begin:.0f} s"
+        )

@@ -1,0 +1,151 @@
+"""compose.yaml and .env, read as files (no Docker engine needed): the conventions the
+stack promises, checked so an edit cannot quietly break them."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+TURNPIKE_SERVICES = {
+    "gateway",
+    "safety",
+    "tokenizer",
+    "router",
+    "billing",
+    "imageres",
+    "worker-1",
+    "worker-2",
+}
+BACKENDS = {"safety", "tokenizer", "router", "billing", "imageres"}
+LEDGER_DIR = "/var/lib/turnpike/billing"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((REPO / "compose.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def dotenv() -> dict[str, str]:
+    values = {}
+    for line in (REPO / ".env").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, sep, value = line.partition("=")
+            assert sep, f".env line without '=': {line!r}"
+            values[key] = value
+    return values
+
+
+def test_env_is_the_single_configuration_surface(dotenv):
+    text = (REPO / "compose.yaml").read_text()
+    used = set(re.findall(r"\$\{([A-Z0-9_]+)", text))
+    assert used, "compose.yaml takes its settings from .env"
+    assert not used - set(dotenv), f"not in .env: {sorted(used - set(dotenv))}"
+    for key, value in dotenv.items():
+        # docker-compose 1.x expands nothing inside .env, and keeps inline comments.
+        assert "${" not in value and " #" not in value, key
+    for image in ("PYTHON_IMAGE", "REDIS_IMAGE", "JAEGER_IMAGE"):
+        assert dotenv[image]
+
+
+def test_every_service_has_a_health_check_and_a_memory_limit(compose):
+    services = compose["services"]
+    assert TURNPIKE_SERVICES | {"redis", "jaeger"} == set(services)
+    for name, service in services.items():
+        test = service.get("healthcheck", {}).get("test")
+        assert test and test[0] in ("CMD", "CMD-SHELL"), name
+        limit = str(service.get("mem_limit", ""))
+        assert re.fullmatch(r"\d+m", limit), f"{name}: mem_limit {limit!r}"
+        assert 32 <= int(limit[:-1]) <= 1024, name
+
+
+def test_turnpike_containers_run_read_only(compose):
+    for name in TURNPIKE_SERVICES:
+        service = compose["services"][name]
+        assert service["read_only"] is True and service["tmpfs"] == ["/tmp"], name
+
+
+def test_only_the_gateway_and_the_jaeger_ui_are_published(compose):
+    published = {name: s["ports"] for name, s in compose["services"].items() if s.get("ports")}
+    assert set(published) == {"gateway", "jaeger"}
+    assert published["gateway"] == ["${PUBLISH_ADDRESS}:${GATEWAY_PUBLISHED_PORT}:${GATEWAY_PORT}"]
+    assert published["jaeger"] == ["${PUBLISH_ADDRESS}:${JAEGER_UI_PUBLISHED_PORT}:16686"]
+
+
+def test_one_named_network_for_everything(compose):
+    assert list(compose["networks"]) == ["turnpike"]
+    for name, service in compose["services"].items():
+        assert service["networks"] == ["turnpike"], name
+
+
+def test_depends_on_only_for_hard_prerequisites(compose):
+    services = compose["services"]
+    gateway = services["gateway"]["depends_on"]
+    assert set(gateway) == BACKENDS  # not Redis (optional), not Jaeger, not the workers
+    assert all(dep["condition"] == "service_healthy" for dep in gateway.values())
+    others = [n for n, s in services.items() if n != "gateway" and s.get("depends_on")]
+    assert not others
+
+
+def test_optional_tiers_are_profiles(compose):
+    profiled = {n: s["profiles"] for n, s in compose["services"].items() if s.get("profiles")}
+    assert profiled == {"redis": ["redis"], "jaeger": ["jaeger"]}
+
+
+def test_two_workers_and_the_router_knows_both(compose):
+    services = compose["services"]
+    workers = sorted(n for n in services if n.startswith("worker-"))
+    assert len(workers) >= 2
+    routed = services["router"]["environment"]["TURNPIKE_WORKERS"]
+    assert routed == ",".join(f"{w}={w}:${{WORKER_PORT}}" for w in workers)
+    for worker in workers:
+        env = services[worker]["environment"]
+        assert env["TURNPIKE_WORKER_ID"] == worker
+        assert f"service.instance.id={worker}" in env["OTEL_RESOURCE_ATTRIBUTES"]
+
+
+def test_the_billing_ledger_is_on_a_named_volume(compose):
+    billing = compose["services"]["billing"]
+    assert billing["volumes"] == [f"billing-ledger:{LEDGER_DIR}"]
+    assert billing["environment"]["TURNPIKE_BILLING_LEDGER"].startswith(LEDGER_DIR + "/")
+    assert "billing-ledger" in compose["volumes"]
+
+
+def test_services_get_standard_otel_settings_and_known_turnpike_variables(compose):
+    code = "\n".join(p.read_text() for p in (REPO / "services").glob("*/*.py"))
+    for name in TURNPIKE_SERVICES:
+        env = compose["services"][name]["environment"]
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "${OTEL_EXPORTER_OTLP_ENDPOINT}"
+        assert env["OTEL_SERVICE_NAME"] == name.split("-")[0]
+        for key in env:
+            assert key.startswith(("OTEL_", "TURNPIKE_")), f"{name}: {key}"
+            if key.startswith("TURNPIKE_"):
+                assert f'"{key}"' in code, f"{name}: {key} is read by no service"
+
+
+def test_compose_accepts_the_file():
+    """`config` validates the file with the Compose this machine has (no engine needed)."""
+    if shutil.which("docker-compose"):
+        command = ["docker-compose"]
+    elif (
+        shutil.which("docker")
+        and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+    ):
+        command = ["docker", "compose"]
+    else:
+        pytest.skip("no Compose on this machine")
+    for profiles in ([], ["--profile", "redis", "--profile", "jaeger"]):
+        done = subprocess.run(
+            [*command, *profiles, "-f", str(REPO / "compose.yaml"), "config", "--quiet"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "WARNING" not in done.stderr, done.stderr
