@@ -133,3 +133,17 @@ def test_every_pipeline_renders_the_same_prompt_for_the_same_conversation(stack)
         counts[pipeline] = prompt_sizes
     assert counts["legacy"] == counts["sprint"] == counts["connection"]
     assert counts["legacy"][0] < counts["legacy"][1] < counts["legacy"][2]
+
+
+def test_a_stateless_client_keeps_its_worker(stack):
+    """Without previous_response_id, a conversation is routed by how it starts, so the
+    full history re-sent every turn lands where its prefix is cached."""
+    history = [{"role": "user", "content": "Summarise the design of the router, please."}]
+    workers, cached = set(), []
+    for turn in range(3):
+        response = create(stack, {"input": history, "instructions": "stateless test"}).json()
+        workers.add(response["turnpike"]["worker_id"])
+        cached.append(response["usage"]["input_tokens_details"]["cached_tokens"])
+        history += response["output"] + [{"role": "user", "content": f"And point {turn}?"}]
+    assert len(workers) == 1
+    assert cached[-1] > 0

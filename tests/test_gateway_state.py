@@ -5,7 +5,13 @@ from gateway.state import ConnectionCache, ConversationState
 
 def state(lane=None):
     return ConversationState(
-        response={}, history=[], proto_history=[], call_names={}, affinity_key="a", lane=lane
+        response={},
+        history=[],
+        proto_history=[],
+        call_names={},
+        conversation_id="r0",
+        affinity_key="a",
+        lane=lane,
     )
 
 

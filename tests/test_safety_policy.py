@@ -350,3 +350,26 @@ def test_fused_model_gives_the_library_scores():
     slow = classifier.score_texts(texts)
     fast = classifier.score_texts(texts, fast=True)
     assert [round(s.score, 9) for s in slow] == [round(f.score, 9) for f in fast]
+
+
+def test_fast_path_scores_each_distinct_text_once_with_the_same_result():
+    from safety.classifier import ProfanityClassifier
+    from safety.engine import SafetyEngine
+    from safety.policy import Thresholds
+    from safety.state import ConversationStore
+    from turnpike.conversation.v1.conversation_pb2 import Item
+
+    engine = SafetyEngine(ProfanityClassifier(), Thresholds(), ConversationStore(10))
+    items = [
+        Item(kind=Item.MESSAGE, id="m1", role="user", text="you are a fucking idiot"),
+        Item(kind=Item.FUNCTION_CALL_OUTPUT, id="o1", call_id="c", text="AKIAIOSFODNN7EXAMPLE"),
+        Item(kind=Item.MESSAGE, id="m2", role="user", text="thanks, have a nice day"),
+    ]
+    library = engine.analyze(items)
+    first = engine.analyze(items, fast=True)
+    assert engine.cache.misses == 3 and engine.cache.hits == 0
+    again = engine.analyze(items, fast=True)
+    assert engine.cache.hits == 3
+    for a, b, c in zip(library, first, again, strict=True):
+        assert abs(a.score.score - b.score.score) < 1e-9 and b == c
+        assert a.detections == b.detections and a.item_id == b.item_id

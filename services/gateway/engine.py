@@ -87,6 +87,7 @@ class Prepared:
     history: list[Item]
     proto_history: list[conversation_pb2.Item]
     call_names: dict[str, str]
+    conversation_id: str
     affinity_key: str
     prompt: list[int] = field(default_factory=list)
     rendered: RenderedPrefix | None = None
@@ -111,6 +112,20 @@ def render_request(
     return tokenizer_pb2.RenderRequest(
         instructions=request.instructions or "", tools=request.proto_tools(), items=items
     )
+
+
+def conversation_key(
+    tenant: str, request: CreateRequest, items: list[conversation_pb2.Item]
+) -> str:
+    """The routing key of a conversation that names no parent: the client's
+    ``prompt_cache_key``, else a hash of how the conversation starts (instructions, tools,
+    first item). A stateless client re-sending its history keeps landing on the worker
+    that holds its prefix cache. Scoped by tenant: tenants never share a cache by routing."""
+    if request.prompt_cache_key:
+        return f"{tenant}:pck:{request.prompt_cache_key}"
+    first = items[0].SerializeToString() if items else b""
+    digest = hashlib.blake2b(header_key(request).encode() + first, digest_size=16).hexdigest()
+    return f"{tenant}:conv:{digest}"
 
 
 def header_key(request: CreateRequest) -> str:
@@ -166,7 +181,10 @@ class ResponseEngine:
             history=history,
             proto_history=proto_history + proto_new,
             call_names=call_names,
-            affinity_key=parent.affinity_key if parent else response_id,
+            conversation_id=parent.conversation_id if parent else response_id,
+            affinity_key=(
+                parent.affinity_key if parent else conversation_key(ctx.tenant, request, proto_new)
+            ),
             model=model,
         )
         checks = [("safety", self._classify), ("render", self._render)]
@@ -228,7 +246,8 @@ class ResponseEngine:
             history=history,
             proto_history=to_proto(history, call_names),
             call_names=call_names,
-            affinity_key=chain[0].id,
+            conversation_id=chain[0].id,
+            affinity_key=chain[-1].affinity_key or chain[0].id,
             rendered=rendered,
         )
 
@@ -272,7 +291,7 @@ class ResponseEngine:
         )
         request = safety_pb2.ClassifyRequest(
             tenant=prepared.ctx.tenant,
-            conversation_id=prepared.affinity_key,
+            conversation_id=prepared.conversation_id,
             mode=safety_pb2.INCREMENTAL if incremental else safety_pb2.FULL,
             fast_path=prepared.ctx.pipeline.fast_safety,
             items=proto_new if incremental else prepared.proto_history,
@@ -615,6 +634,7 @@ class ResponseEngine:
             history=[*prepared.history, *prepared.request.input_items, *output],
             proto_history=prepared.proto_history + proto_output,
             call_names=call_names,
+            conversation_id=prepared.conversation_id,
             affinity_key=prepared.affinity_key,
             rendered=prepared.rendered,
             model=prepared.model,
@@ -625,7 +645,12 @@ class ResponseEngine:
 
     async def _store(self, prepared: Prepared) -> None:
         await self.store.put(
-            StoredResponse(prepared.ctx.tenant, prepared.response, prepared.request.input_items)
+            StoredResponse(
+                prepared.ctx.tenant,
+                prepared.response,
+                prepared.request.input_items,
+                prepared.affinity_key,
+            )
         )
 
     # Other endpoints -------------------------------------------------------

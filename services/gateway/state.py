@@ -29,7 +29,8 @@ class ConversationState:
     history: list[Item]  # every item through the response's output
     proto_history: list[conversation_pb2.Item]  # the same, flattened for backends
     call_names: dict[str, str]  # call_id -> function name
-    affinity_key: str  # first response of the conversation; keys routing and safety state
+    conversation_id: str  # the conversation's first response: keys its safety state
+    affinity_key: str  # keys routing: a conversation stays where its prefix cache is
     rendered: RenderedPrefix | None = None
     model: router_pb2.ModelConfig | None = None
     route: router_pb2.RouteDecision | None = None

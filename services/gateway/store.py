@@ -21,6 +21,8 @@ class StoredResponse:
     response: dict[str, Any]
     # The items this request added (not the inherited history).
     input_items: list[Item] = field(default_factory=list)
+    # The conversation's routing key (internal; never returned).
+    affinity_key: str = ""
 
     @property
     def id(self) -> str:
@@ -40,7 +42,10 @@ class ResponseStore:
         key = (record.tenant, record.id)
         # Copies, so later changes by the caller never leak into what GET returns.
         self._records[key] = StoredResponse(
-            record.tenant, copy.deepcopy(record.response), list(record.input_items)
+            record.tenant,
+            copy.deepcopy(record.response),
+            list(record.input_items),
+            record.affinity_key,
         )
         self._records.move_to_end(key)
         while len(self._records) > self._max:

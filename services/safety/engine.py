@@ -4,6 +4,9 @@ shared state and runs on the event loop, so it needs no lock."""
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -57,13 +60,53 @@ def item_kind_and_text(index: int, item: Item) -> tuple[str, str]:
     raise InvalidRequest(f"{where}: unknown item kind {item.kind}")
 
 
+class ScoreCache:
+    """Scores and detections of texts already analysed, by content hash (LRU, bounded).
+
+    A conversation re-sent in full (HTTP follow-ups, stateless clients) is mostly text
+    scored before: the fast path scores each distinct text once. Thread-safe, since
+    ``analyze`` runs in worker threads."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[bytes, tuple] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    @staticmethod
+    def key(text: str) -> bytes:
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+    def get(self, key: bytes) -> tuple | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return entry
+
+    def put(self, key: bytes, entry: tuple) -> None:
+        with self._lock:
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
+
+
 class SafetyEngine:
     def __init__(
-        self, classifier: ProfanityClassifier, thresholds: Thresholds, store: ConversationStore
+        self,
+        classifier: ProfanityClassifier,
+        thresholds: Thresholds,
+        store: ConversationStore,
+        cache_capacity: int = 50_000,
     ) -> None:
         self.classifier = classifier
         self.thresholds = thresholds
         self.store = store
+        self.cache = ScoreCache(cache_capacity)
 
     @staticmethod
     def validate(items: Sequence[Item]) -> None:
@@ -71,17 +114,29 @@ class SafetyEngine:
             item_kind_and_text(i, item)
 
     def analyze(self, items: Sequence[Item], fast: bool = False) -> list[ItemEvidence]:
-        kinds_and_texts = [item_kind_and_text(i, item) for i, item in enumerate(items)]
-        scores = self.classifier.score_texts([text for _, text in kinds_and_texts], fast)
+        """Evidence for every item. ``fast``: the fused model, and texts seen before are
+        taken from the score cache (the same numbers: scoring is deterministic)."""
+        texts = [item_kind_and_text(i, item)[1] for i, item in enumerate(items)]
+        found: list[tuple | None] = [None] * len(texts)
+        keys: list[bytes] = []
+        if fast:
+            keys = [self.cache.key(text) for text in texts]
+            found = [self.cache.get(key) for key in keys]
+        missing = [i for i, entry in enumerate(found) if entry is None]
+        scores = self.classifier.score_texts([texts[i] for i in missing], fast)
+        for i, score in zip(missing, scores, strict=True):
+            found[i] = (score, tuple(detect_credentials(texts[i])))
+            if fast:
+                self.cache.put(keys[i], found[i])
         return [
             ItemEvidence(
                 item_id=item.id,
-                kind=kind,
+                kind=item_kind_and_text(i, item)[0],
                 role=item.role,
-                score=score,
-                detections=tuple(detect_credentials(text)),
+                score=entry[0],
+                detections=entry[1],
             )
-            for item, (kind, text), score in zip(items, kinds_and_texts, scores, strict=True)
+            for i, (item, entry) in enumerate(zip(items, found, strict=True))
         ]
 
     def record(
