@@ -113,7 +113,11 @@ class Compose:
         return args
 
     def process_env(self) -> dict[str, str]:
-        return {**os.environ, **self.env, "COMPOSE_PROJECT_NAME": str(self.project)}
+        env = {**os.environ, **self.env, "COMPOSE_PROJECT_NAME": str(self.project)}
+        if "redis" in self.profiles and not env.get("TURNPIKE_REDIS_URL"):
+            # The optional tier is one flag away: with its profile, the gateway uses it.
+            env["TURNPIKE_REDIS_URL"] = f"redis://redis:{self.settings['REDIS_PORT']}/0"
+        return env
 
     def run(
         self, *args: str, profiles: Iterable[str] | None = None, capture: bool = False

@@ -16,6 +16,7 @@ from gateway.engine import RequestContext, ResponseEngine
 from gateway.errors import ApiError, invalid
 from gateway.pipelines import CONNECTION, SPRINT, Pipeline, pipeline_named
 from gateway.store import ResponseStore
+from gateway.store_redis import RedisResponseStore
 
 PIPELINE_HEADER = "x-turnpike-pipeline"
 
@@ -25,14 +26,17 @@ class Gateway:
     settings: GatewaySettings
     keys: ApiKeys
     backends: Backends
-    store: ResponseStore
+    store: ResponseStore | RedisResponseStore
     outbox: BillingOutbox
     engine: ResponseEngine
 
     @classmethod
     def build(cls, settings: GatewaySettings) -> Gateway:
         backends = Backends(settings.endpoints)
-        store = ResponseStore(settings.store_max_responses)
+        if settings.redis_url:
+            store = RedisResponseStore(settings.redis_url, settings.redis_store_ttl_s)
+        else:
+            store = ResponseStore(settings.store_max_responses)
         outbox = BillingOutbox(backends.billing)
         engine = ResponseEngine(
             backends,
@@ -53,6 +57,8 @@ class Gateway:
         await self.engine.drain(grace_s)
         await self.outbox.close(grace_s)
         await self.backends.close()
+        if isinstance(self.store, RedisResponseStore):
+            await self.store.close()
 
     def pipeline_for(self, headers: Any, websocket: bool) -> Pipeline:
         default = CONNECTION if websocket else SPRINT

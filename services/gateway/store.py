@@ -33,7 +33,34 @@ class StoredResponse:
         return self.response.get("previous_response_id")
 
 
-class ResponseStore:
+class ChainWalk:
+    """What every store offers on top of ``get``: a conversation's chain."""
+
+    async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
+        raise NotImplementedError
+
+    async def chain(self, tenant: str, response_id: str) -> list[StoredResponse] | None:
+        """The stored responses from the first of the chain to ``response_id``,
+        or None when any link is missing."""
+        chain: list[StoredResponse] = []
+        seen: set[str] = set()
+        current: str | None = response_id
+        while current is not None:
+            if current in seen:
+                return None
+            seen.add(current)
+            record = await self.get(tenant, current)
+            if record is None:
+                return None
+            chain.append(record)
+            current = record.previous_response_id
+        chain.reverse()
+        return chain
+
+
+class ResponseStore(ChainWalk):
+    """In process, bounded: the embedded default."""
+
     def __init__(self, max_responses: int) -> None:
         self._max = max_responses
         self._records: OrderedDict[tuple[str, str], StoredResponse] = OrderedDict()
@@ -56,24 +83,6 @@ class ResponseStore:
 
     async def delete(self, tenant: str, response_id: str) -> bool:
         return self._records.pop((tenant, response_id), None) is not None
-
-    async def chain(self, tenant: str, response_id: str) -> list[StoredResponse] | None:
-        """The stored responses from the first of the chain to ``response_id``,
-        or None when any link is missing."""
-        chain: list[StoredResponse] = []
-        seen: set[str] = set()
-        current: str | None = response_id
-        while current is not None:
-            if current in seen:
-                return None
-            seen.add(current)
-            record = await self.get(tenant, current)
-            if record is None:
-                return None
-            chain.append(record)
-            current = record.previous_response_id
-        chain.reverse()
-        return chain
 
 
 def history_of(chain: list[StoredResponse]) -> list[Item]:

@@ -112,6 +112,12 @@ class GatewaySettings:
     token_cache_tokens: int = field(
         default_factory=lambda: env_int("TURNPIKE_TOKEN_CACHE_TOKENS", 20_000_000)
     )
+    # The optional shared tier: with a Redis URL, responses are stored there (shared by
+    # every gateway replica) for ``redis_store_ttl_s``; empty keeps them in process.
+    redis_url: str = field(default_factory=lambda: env_str("TURNPIKE_REDIS_URL", ""))
+    redis_store_ttl_s: int = field(
+        default_factory=lambda: env_int("TURNPIKE_REDIS_STORE_TTL_S", 30 * 24 * 3600)
+    )
     # Let requests pick a pipeline with X-Turnpike-Pipeline (benchmarks; not for production).
     allow_pipeline_override: bool = field(
         default_factory=lambda: env_bool("TURNPIKE_ALLOW_PIPELINE_OVERRIDE", False)

@@ -24,7 +24,17 @@ ROOTS = {
         "opentelemetry-exporter-otlp-proto-grpc",
         "opentelemetry-instrumentation-grpc",
     ],
-    "gateway": ["fastapi", "uvicorn", "uvloop", "httptools", "websockets", "pillow"],
+    # async-timeout: redis needs it on the images' Python (Debian's 3.11.2), not on ours.
+    "gateway": [
+        "fastapi",
+        "uvicorn",
+        "uvloop",
+        "httptools",
+        "websockets",
+        "pillow",
+        "redis",
+        "async-timeout",
+    ],
     "safety": ["alt-profanity-check"],
     "tokenizer": ["openai-harmony", "bpe-openai"],
     "worker": ["openai-harmony", "bpe-openai", "cerebras-cloud-sdk"],

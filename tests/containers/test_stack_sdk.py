@@ -146,3 +146,24 @@ def test_websocket_function_call_loop_on_one_socket(client):
                 break
         assert event.type == "response.completed", event
         assert "snow" in event.response.output_text
+
+
+def test_with_the_redis_profile_responses_live_in_redis(client, container_stack):
+    """The optional tier is one flag away: with the profile on, the gateway stores each
+    response in Redis, scoped by tenant, and continues conversations from there."""
+    first = client.responses.create(model="turnpike-sim-4000", input="remember me")
+    follow = client.responses.create(
+        model="turnpike-sim-4000", previous_response_id=first.id, input="and now?"
+    )
+    assert follow.previous_response_id == first.id
+    keys = container_stack.compose.run(
+        "exec",
+        "-T",
+        "redis",
+        "redis-cli",
+        "--scan",
+        "--pattern",
+        "turnpike:response:*",
+        capture=True,
+    ).stdout
+    assert f":{first.id}" in keys and f":{follow.id}" in keys

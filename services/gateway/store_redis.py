@@ -1,0 +1,71 @@
+"""The response store in Redis: the optional shared tier.
+
+Every gateway replica sees every stored response, so an HTTP follow-up may land on
+any replica. One key per response, scoped by tenant, JSON, expiring after
+``ttl_s``. Redis trouble is a 503 for the request that needed it, never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from redis import asyncio as aioredis
+from redis.exceptions import RedisError
+
+from gateway.errors import unavailable
+from gateway.store import ChainWalk, StoredResponse
+
+log = logging.getLogger(__name__)
+
+
+class RedisResponseStore(ChainWalk):
+    def __init__(self, url: str, ttl_s: int, prefix: str = "turnpike:response") -> None:
+        self._redis = aioredis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+        self._ttl = ttl_s
+        self._prefix = prefix
+
+    def _key(self, tenant: str, response_id: str) -> str:
+        return f"{self._prefix}:{tenant}:{response_id}"
+
+    async def put(self, record: StoredResponse) -> None:
+        value = json.dumps(
+            {
+                "response": record.response,
+                "input_items": record.input_items,
+                "affinity_key": record.affinity_key,
+            },
+            separators=(",", ":"),
+        )
+        try:
+            await self._redis.set(self._key(record.tenant, record.id), value, ex=self._ttl)
+        except RedisError as err:
+            log.warning("redis put failed: %s", err)
+            raise unavailable("The response store is unavailable; please retry.") from None
+
+    async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
+        try:
+            raw = await self._redis.get(self._key(tenant, response_id))
+        except RedisError as err:
+            log.warning("redis get failed: %s", err)
+            raise unavailable("The response store is unavailable; please retry.") from None
+        if raw is None:
+            return None
+        data = json.loads(raw)
+        return StoredResponse(tenant, data["response"], data["input_items"], data["affinity_key"])
+
+    async def delete(self, tenant: str, response_id: str) -> bool:
+        try:
+            return bool(await self._redis.delete(self._key(tenant, response_id)))
+        except RedisError as err:
+            log.warning("redis delete failed: %s", err)
+            raise unavailable("The response store is unavailable; please retry.") from None
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._redis.ping())
+        except RedisError:
+            return False
+
+    async def close(self) -> None:
+        await self._redis.aclose()
