@@ -306,3 +306,21 @@ def line_plot(
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def pick(measurements: list[dict], operation: str, transport: str) -> list[dict]:
+    """The measurements of one operation over one transport, in the order they were taken."""
+    return [m for m in measurements if m["operation"] == operation and m["transport"] == transport]
+
+
+def latency_series(measurements: list[dict], specs: Sequence[tuple[str, str, str]]) -> list[Series]:
+    """One median-latency-against-history line per (operation, transport, style)."""
+    return [
+        Series(
+            f"{op} {tr.replace('grpc', 'gRPC')}",
+            [m["history_tokens"] for m in pick(measurements, op, tr)],
+            [m["latency_ms"]["median"] for m in pick(measurements, op, tr)],
+            style,
+        )
+        for op, tr, style in specs
+    ]

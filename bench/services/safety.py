@@ -15,12 +15,13 @@ from turnpike.safety.v1 import safety_pb2, safety_pb2_grpc
 from bench.services.common import (
     Context,
     Report,
-    Series,
     Table,
+    latency_series,
     line_plot,
     linear_fit,
     log,
     ms,
+    pick,
     sample,
     summarize,
 )
@@ -103,26 +104,22 @@ async def run(ctx: Context) -> Report:
     return _report(ctx, measurements, time.monotonic() - began)
 
 
-def _pick(measurements: list[dict], operation: str, transport: str) -> list[dict]:
-    return [m for m in measurements if m["operation"] == operation and m["transport"] == transport]
-
-
 def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
     derived: dict = {}
     for transport in ("in-process", "grpc"):
         key = transport.replace("-", "_")
-        fast = _pick(measurements, "incremental fast", transport)
-        slow = _pick(measurements, "incremental", transport)
+        fast = pick(measurements, "incremental fast", transport)
+        slow = pick(measurements, "incremental", transport)
         derived[f"incremental_fast_{key}_median_ms_largest_history"] = fast[-1]["latency_ms"][
             "median"
         ]
         derived[f"library_over_fused_incremental_{key}_at_largest"] = round(
             slow[-1]["latency_ms"]["median"] / fast[-1]["latency_ms"]["median"], 1
         )
-        full_fast = _pick(measurements, "full fast", transport)
+        full_fast = pick(measurements, "full fast", transport)
         derived[f"full_fast_{key}_median_ms_at_largest"] = full_fast[-1]["latency_ms"]["median"]
-        full = _pick(measurements, "full", transport)
-        incr = _pick(measurements, "incremental", transport)
+        full = pick(measurements, "full", transport)
+        incr = pick(measurements, "incremental", transport)
         key = transport.replace("-", "_")
         slope, intercept = linear_fit(
             [m["history_tokens"] for m in full], [m["latency_ms"]["median"] for m in full]
@@ -135,9 +132,9 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
         derived[f"full_over_incremental_{key}_at_largest"] = round(
             full[-1]["latency_ms"]["median"] / incr[-1]["latency_ms"]["median"], 1
         )
-    full_ip, full_g = _pick(measurements, "full", "in-process"), _pick(measurements, "full", "grpc")
-    inc_ip = _pick(measurements, "incremental", "in-process")
-    inc_g = _pick(measurements, "incremental", "grpc")
+    full_ip, full_g = pick(measurements, "full", "in-process"), pick(measurements, "full", "grpc")
+    inc_ip = pick(measurements, "incremental", "in-process")
+    inc_g = pick(measurements, "incremental", "grpc")
     headline = [
         f"Full classification, linear fit against the history: "
         f"{derived['full_in_process_ms_per_1k_history_tokens']:.2f} ms per 1k tokens "
@@ -160,7 +157,7 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
         f"{derived['full_fast_grpc_median_ms_at_largest']:.1f} ms over gRPC.",
     ]
     rows = []
-    for full_ip in _pick(measurements, "full", "in-process"):
+    for full_ip in pick(measurements, "full", "in-process"):
         cells = {
             (m["operation"], m["transport"]): m
             for m in measurements
@@ -201,22 +198,17 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
         "Safety: classification latency vs conversation size",
         "history tokens",
         "latency (ms, median)",
-        [
-            Series(
-                f"{op} {tr.replace('grpc', 'gRPC')}",
-                [m["history_tokens"] for m in _pick(measurements, op, tr)],
-                [m["latency_ms"]["median"] for m in _pick(measurements, op, tr)],
-                style,
-            )
-            for op, tr, style in (
+        latency_series(
+            measurements,
+            (
                 ("full", "in-process", "o-"),
                 ("full", "grpc", "s-"),
                 ("incremental", "in-process", "o--"),
                 ("incremental", "grpc", "s--"),
                 ("full fast", "grpc", "^-"),
                 ("incremental fast", "grpc", "^--"),
-            )
-        ],
+            ),
+        ),
     )
     return Report(
         service="safety",

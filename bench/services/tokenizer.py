@@ -11,12 +11,13 @@ from turnpike.tokenizer.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 from bench.services.common import (
     Context,
     Report,
-    Series,
     Table,
+    latency_series,
     line_plot,
     linear_fit,
     log,
     ms,
+    pick,
     rate,
     sample,
     summarize,
@@ -76,15 +77,11 @@ async def run(ctx: Context) -> Report:
     return _report(ctx, measurements, time.monotonic() - began)
 
 
-def _pick(measurements: list[dict], operation: str, transport: str) -> list[dict]:
-    return [m for m in measurements if m["operation"] == operation and m["transport"] == transport]
-
-
 def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
     derived: dict = {}
     for transport in ("in-process", "grpc"):
-        full = _pick(measurements, "full", transport)
-        append = _pick(measurements, "append", transport)
+        full = pick(measurements, "full", transport)
+        append = pick(measurements, "append", transport)
         slope, intercept = linear_fit(
             [m["history_tokens"] for m in full], [m["latency_ms"]["median"] for m in full]
         )
@@ -97,16 +94,16 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
         derived[f"full_over_append_{key}_at_largest"] = round(
             full[-1]["latency_ms"]["median"] / append[-1]["latency_ms"]["median"], 1
         )
-    largest = _pick(measurements, "full", "grpc")[-1]
+    largest = pick(measurements, "full", "grpc")[-1]
     derived["grpc_overhead_ms_full_at_largest"] = round(
         largest["latency_ms"]["median"]
-        - _pick(measurements, "full", "in-process")[-1]["latency_ms"]["median"],
+        - pick(measurements, "full", "in-process")[-1]["latency_ms"]["median"],
         3,
     )
 
-    full_ip, full_g = _pick(measurements, "full", "in-process"), _pick(measurements, "full", "grpc")
-    app_ip = _pick(measurements, "append", "in-process")
-    app_g = _pick(measurements, "append", "grpc")
+    full_ip, full_g = pick(measurements, "full", "in-process"), pick(measurements, "full", "grpc")
+    app_ip = pick(measurements, "append", "in-process")
+    app_g = pick(measurements, "append", "grpc")
     headline = [
         f"Full render, linear fit against the history: "
         f"{derived['full_in_process_ms_per_1k_tokens']:.2f} ms per 1k tokens in-process, "
@@ -124,7 +121,7 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
     ]
 
     rows = []
-    by_turns = {m["turns"]: m for m in _pick(measurements, "full", "in-process")}  # order of sizes
+    by_turns = {m["turns"]: m for m in pick(measurements, "full", "in-process")}  # order of sizes
     for turns, full_ip in by_turns.items():
         cells = {(m["operation"], m["transport"]): m for m in measurements if m["turns"] == turns}
         rows.append(
@@ -161,20 +158,15 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
         "Tokenizer: render latency vs conversation size",
         "history tokens",
         "latency (ms, median)",
-        [
-            Series(
-                f"{op} {tr.replace('grpc', 'gRPC')}",
-                [m["history_tokens"] for m in _pick(measurements, op, tr)],
-                [m["latency_ms"]["median"] for m in _pick(measurements, op, tr)],
-                style,
-            )
-            for op, tr, style in (
+        latency_series(
+            measurements,
+            (
                 ("full", "in-process", "o-"),
                 ("full", "grpc", "s-"),
                 ("append", "in-process", "o--"),
                 ("append", "grpc", "s--"),
-            )
-        ],
+            ),
+        ),
     )
     return Report(
         service="tokenizer",
