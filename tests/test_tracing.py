@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent import futures
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -25,32 +23,29 @@ from gateway.engine import RequestContext
 from gateway.errors import ApiError, invalid
 from gateway.pipelines import SPRINT
 from openai import OpenAI
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-from opentelemetry.proto.trace.v1 import trace_pb2
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from support.otlp_receiver import (
+    CLIENT,
+    RPC,
+    SERVER,
+    Receiver,
+    Span,
+    check_hops,
+    parent_of,
+    response_span,
+    server_spans,
+    trace_of,
+)
 from turnpike import telemetry
 from turnpike.billing.v1 import billing_pb2
 from websockets.sync.client import connect as ws_connect
 
-SERVER = trace_pb2.Span.SPAN_KIND_SERVER
-CLIENT = trace_pb2.Span.SPAN_KIND_CLIENT
-SPAN_WAIT_S = 15.0
-
 HTTP_ROOT = "POST /v1/responses"  # FastAPI's span for the HTTP request
 RESPONSE = "response.create"  # the gateway's span for one response
 DELIVERY = "billing.deliver_usage"
-RPC = {
-    "classify": "/turnpike.safety.v1.Safety/Classify",
-    "render": "/turnpike.tokenizer.v1.Tokenizer/Render",
-    "resolve": "/turnpike.router.v1.Router/ResolveModel",
-    "route": "/turnpike.router.v1.Router/Route",
-    "generate": "/turnpike.inference.v1.Inference/Generate",
-    "proxy": "/turnpike.imageres.v1.ImageResolver/ProxyGenerate",
-    "usage": "/turnpike.billing.v1.Billing/RecordUsage",
-}
 
 WEATHER_TOOL = {
     "type": "function",
@@ -65,76 +60,6 @@ WEATHER_TOOL = {
 QUESTION = "What is the weather in Paris?"
 
 
-# -- an OTLP/gRPC receiver ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Span:
-    service: str
-    name: str
-    kind: int
-    trace_id: str
-    span_id: str
-    parent_id: str  # "" for a root
-    attributes: dict
-    links: tuple[tuple[str, str], ...]  # (trace id, span id)
-    start_ns: int
-    end_ns: int
-
-
-def _value(any_value) -> object:
-    kind = any_value.WhichOneof("value")
-    return getattr(any_value, kind) if kind else None
-
-
-class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._spans: list[Span] = []
-
-    def Export(self, request, context):
-        received = []
-        for resource_spans in request.resource_spans:
-            resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    received.append(
-                        Span(
-                            service=str(resource.get("service.name")),
-                            name=span.name,
-                            kind=span.kind,
-                            trace_id=span.trace_id.hex(),
-                            span_id=span.span_id.hex(),
-                            parent_id=span.parent_span_id.hex(),
-                            attributes={a.key: _value(a.value) for a in span.attributes},
-                            links=tuple(
-                                (link.trace_id.hex(), link.span_id.hex()) for link in span.links
-                            ),
-                            start_ns=span.start_time_unix_nano,
-                            end_ns=span.end_time_unix_nano,
-                        )
-                    )
-        with self._lock:
-            self._spans.extend(received)
-        return trace_service_pb2.ExportTraceServiceResponse()
-
-    def spans(self) -> list[Span]:
-        with self._lock:
-            return list(self._spans)
-
-    def wait_for(self, what: str, found: Callable[[list[Span]], object]) -> object:
-        """Poll until ``found(spans)`` is truthy (it is then returned), or fail."""
-        deadline = time.monotonic() + SPAN_WAIT_S
-        while True:
-            result = found(self.spans())
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                summary = "\n".join(f"  {s.service} {s.name}" for s in self.spans())
-                pytest.fail(f"no {what} within {SPAN_WAIT_S:g} s; received:\n{summary}")
-            time.sleep(0.05)
-
-
 @dataclass
 class Traced:
     receiver: Receiver
@@ -145,11 +70,8 @@ class Traced:
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
-    receiver = Receiver()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    receiver = Receiver(wait_s=15.0)
+    port = receiver.start("127.0.0.1")
     config = StackConfig.on_free_ports(
         workers=1,
         state_dir=tmp_path_factory.mktemp("traced-stack"),
@@ -170,7 +92,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
     try:
         stack.start()
     except StackError as exc:
-        server.stop(0)
+        receiver.stop()
         pytest.fail(f"the traced stack did not start: {exc}", pytrace=False)
     endpoints = stack.endpoints
     try:
@@ -178,7 +100,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
         yield Traced(receiver, endpoints.base_url, endpoints.ws_url, endpoints.api_key)
     finally:
         stack.stop()
-        server.stop(0)
+        receiver.stop()
 
 
 def serve_one_response(base_url: str, api_key: str, within_s: float = 30.0) -> None:
@@ -201,21 +123,6 @@ def serve_one_response(base_url: str, api_key: str, within_s: float = 30.0) -> N
 # -- trace shape -----------------------------------------------------------------------
 
 
-def response_span(spans: list[Span], response_id: str) -> Span | None:
-    for span in spans:
-        if span.service == "gateway" and span.attributes.get("turnpike.response.id") == response_id:
-            return span
-    return None
-
-
-def trace_of(spans: list[Span], trace_id: str) -> list[Span]:
-    return [s for s in spans if s.trace_id == trace_id]
-
-
-def server_spans(spans: list[Span], service: str, rpc: str) -> list[Span]:
-    return [s for s in spans if s.service == service and s.kind == SERVER and s.name == rpc]
-
-
 def wait_for_trace(traced: Traced, response_id: str, services: set[str]) -> tuple[Span, list]:
     """The response's span and its whole trace, once every service has reported."""
 
@@ -231,28 +138,6 @@ def wait_for_trace(traced: Traced, response_id: str, services: set[str]) -> tupl
         return (response, members) if services <= reported and not dangling else None
 
     return traced.receiver.wait_for(f"complete trace of {response_id}", complete)
-
-
-def check_hops(members: list[Span]) -> None:
-    """Every backend server span is the child of the caller's client span for the same RPC,
-    and every client span has exactly one server span below it (context crossed the hop)."""
-    by_id = {s.span_id: s for s in members}
-    for span in members:
-        if span.kind != SERVER or span.service == "gateway":  # the gateway's are roots
-            continue
-        parent = by_id.get(span.parent_id)
-        assert parent is not None, f"{span.service} {span.name} has no parent:\n{tree(members)}"
-        assert parent.kind == CLIENT and parent.name == span.name, tree(members)
-        assert parent.service != span.service
-    for span in members:
-        if span.kind == CLIENT:
-            children = [s for s in members if s.parent_id == span.span_id and s.kind == SERVER]
-            assert len(children) == 1, f"{span.service} {span.name}:\n{tree(members)}"
-
-
-def parent_of(members: list[Span], span: Span) -> Span:
-    [parent] = [s for s in members if s.span_id == span.parent_id]
-    return parent
 
 
 def check_stages(response: Span, members: list[Span], expected: set[str]) -> dict[str, Span]:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from otlp_receiver import Receiver
+from support.otlp_receiver import Receiver
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("gateway", "safety", "tokenizer", "router", "billing", "imageres", "worker")

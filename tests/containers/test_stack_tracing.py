@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import httpx
-from otlp_receiver import (
+from support.otlp_receiver import (
     CLIENT,
     RPC,
     SERVER,

@@ -1,5 +1,5 @@
 """A test OTLP/gRPC receiver (the collector's TraceService, the real protocol) and the
-trace-shape checks the container tests make on what it received."""
+trace-shape helpers the tracing tests (local and container) use on what it received."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ CLIENT = trace_pb2.Span.SPAN_KIND_CLIENT
 SPAN_WAIT_S = 30.0
 
 RPC = {
+    "resolve": "/turnpike.router.v1.Router/ResolveModel",
     "classify": "/turnpike.safety.v1.Safety/Classify",
     "render": "/turnpike.tokenizer.v1.Tokenizer/Render",
     "route": "/turnpike.router.v1.Router/Route",
@@ -39,6 +40,8 @@ class Span:
     parent_id: str  # "" for a root
     attributes: dict
     links: tuple[tuple[str, str], ...]  # (trace id, span id)
+    start_ns: int = 0
+    end_ns: int = 0
 
 
 def _value(any_value) -> object:
@@ -47,7 +50,8 @@ def _value(any_value) -> object:
 
 
 class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self) -> None:
+    def __init__(self, wait_s: float = SPAN_WAIT_S) -> None:
+        self.wait_s = wait_s
         self._lock = threading.Lock()
         self._spans: list[Span] = []
         self._server: grpc.Server | None = None
@@ -72,6 +76,8 @@ class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
                             parent_id=span.parent_span_id.hex(),
                             attributes={a.key: _value(a.value) for a in span.attributes},
                             links=tuple((ln.trace_id.hex(), ln.span_id.hex()) for ln in span.links),
+                            start_ns=span.start_time_unix_nano,
+                            end_ns=span.end_time_unix_nano,
                         )
                     )
         with self._lock:
@@ -97,14 +103,14 @@ class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
 
     def wait_for(self, what: str, found: Callable[[list[Span]], object]) -> object:
         """Poll until ``found(spans)`` is truthy (it is then returned), or fail."""
-        deadline = time.monotonic() + SPAN_WAIT_S
+        deadline = time.monotonic() + self.wait_s
         while True:
             result = found(self.spans())
             if result:
                 return result
             if time.monotonic() > deadline:
                 summary = "\n".join(f"  {s.service} {s.name}" for s in self.spans()[-60:])
-                pytest.fail(f"no {what} within {SPAN_WAIT_S:g} s; last spans received:\n{summary}")
+                pytest.fail(f"no {what} within {self.wait_s:g} s; last spans received:\n{summary}")
             time.sleep(0.1)
 
     def response_trace(self, response_id: str, services: set[str]) -> tuple[Span, list[Span]]:
