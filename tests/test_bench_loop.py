@@ -19,6 +19,7 @@ PLOTS = (
     "loop_breakdown.png",
     "loop_stages.png",
     "loop_concurrency.png",
+    "loop_capacity.png",
 )
 VARIANTS = ("legacy-http", "sprint-http", "connection-ws", "stateless-http", "direct-worker")
 TURN_KEYS = {"turn", "answer", "ttft_ms", "turn_ms", "model_ms", "overhead_ms", "stages_ms"}
@@ -81,9 +82,52 @@ def test_quick_run_writes_every_result(tmp_path: Path) -> None:
         assert {"name", "target", "measured", "pass", "detail"} <= target.keys()
     load = data["load"]
     assert load["one_connection"]["turns"] and load["concurrent_loops"]["cells"]
+    # The capacity sweep: the quick run's 2 loops and its 5, in order, each with its ratio.
+    sweep = load["concurrent_loops"]["sweep"]
+    assert [p["loops"] for p in sweep["points"]] == [2, 5]
+    assert all(p["overhead_ratio"] > 0 for p in sweep["points"])
+    assert sweep["max_loops_within_2x"] in (None, 2, 5)
 
     markdown = (out / "loop.md").read_text()
     assert "## Targets" in markdown and "| connection-ws |" in markdown
     for name in PLOTS:
         assert (out / name).stat().st_size > 1000, name
         assert f"({name})" in markdown
+
+
+def _cell(variant: str, loop_ms: float, ttft_ms: float) -> dict:
+    return {
+        "tokens_per_second": 1000.0,
+        "tool_ms": 0.0,
+        "variant": variant,
+        "loop_ms": loop_ms,
+        "followup_ttft_ms": ttft_ms,
+        "overhead_turn2_ms": None,
+    }
+
+
+def test_headline_targets_report_their_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the worker alone is in the run, the TTFT and loop targets say how much any
+    pipeline could have gained: the same ratio with zero API time."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT))
+    from bench.loop.analysis import targets
+
+    cells = [
+        _cell("legacy-http", 5000, 200),
+        _cell("sprint-http", 4000, 150),
+        _cell("connection-ws", 3500, 140),
+        _cell("direct-worker", 3000, 100),
+    ]
+    found = {t["name"].split(",")[0]: t for t in targets(cells, None, [0.0])}
+    ttft, loop = found["Follow-up TTFT"], found["End-to-end loop"]
+    assert ttft["measured"] == 0.25 and ttft["pass"] is False
+    assert "ceiling with zero API time (the worker directly): 50%" in ttft["detail"]
+    assert loop["measured"] == 0.3 and loop["pass"] is False
+    assert "ceiling with zero API time (the worker directly): 40%" in loop["detail"]
+    # (m + 500) / (m + 2000) <= 0.6 for m <= 1.75 s; (m + 50) / (m + 100) <= 0.55 never
+    # holds for m above 11.1 ms.
+    assert "at most 1.75 s (it is 3.00 s)" in loop["detail"]
+    assert "at most 11.11 ms (it is 100.00 ms)" in ttft["detail"]
+    # Without the worker-direct variant there is no ceiling to state.
+    found = {t["name"].split(",")[0]: t for t in targets(cells[:3], None, [0.0])}
+    assert "ceiling" not in found["End-to-end loop"]["detail"]

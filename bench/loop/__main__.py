@@ -96,6 +96,7 @@ QUICK = Plan(
         loop_tool_ms=(0.0,),
         single_reps=1,
         stagger_s=0.1,
+        sweep=(2,),
     ),
 )
 

@@ -12,6 +12,9 @@ and the rate the worker reports for itself (tokens over its decode time).
 1,000 tokens/s on short rollouts, started a few milliseconds apart. Reported: per-turn
 API overhead (median, p90) under load against the same rollout run alone, and the
 aggregate tokens per second the stack delivered.
+
+(c) The capacity sweep: the same at fewer loops at once (2, 5, 10, ...), to show how many
+loops this machine carries within 2x of one alone, beside the CPU each turn costs.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ class LoadParams:
     loop_tool_ms: tuple[float, ...] = (0.0, 30.0)
     single_reps: int = 3
     stagger_s: float = 0.5  # the concurrent loops start spread over this long
+    # Loop counts of the capacity sweep (tool time: the first of loop_tool_ms).
+    sweep: tuple[int, ...] = (2, 5, 10, 20, 35)
 
 
 async def one_connection_throughput(client, params: LoadParams) -> dict[str, Any]:
@@ -148,38 +153,54 @@ def _summary(values: list[float]) -> dict[str, float]:
     }
 
 
+async def _single(client, params: LoadParams, corpus: dict[str, str], tool_ms: float) -> list[Loop]:
+    """The reference: the same short rollout run alone, a few times."""
+    single: list[Loop] = []
+    for rep in range(params.single_reps):
+        rollout = Rollout(f"run_{uuid.uuid4().hex[:12]}", corpus, turns=params.loop_turns)
+        single.append(await _ws_loop(client, rollout, params, tool_ms, rep))
+    return single
+
+
+async def _at_once(
+    client, params: LoadParams, corpus: dict[str, str], count: int, tool_ms: float, meter=None
+) -> tuple[list[Loop], list[str], float, dict[str, float]]:
+    """``count`` loops started over ``stagger_s``: the loops that finished, the failures,
+    the wall time and CPU milliseconds per process (``client`` is this one)."""
+
+    async def staggered(index: int) -> Loop:
+        await asyncio.sleep(params.stagger_s * index / max(1, count))
+        rollout = Rollout(f"run_{uuid.uuid4().hex[:12]}", corpus, turns=params.loop_turns)
+        return await _ws_loop(client, rollout, params, tool_ms, index)
+
+    if meter is not None:
+        meter.start()
+    cpu_start = time.process_time()
+    start = time.perf_counter()
+    outcomes = await asyncio.gather(*(staggered(i) for i in range(count)), return_exceptions=True)
+    wall_s = time.perf_counter() - start
+    loaded = [x for x in outcomes if isinstance(x, Loop)]
+    errors = [f"{type(x).__name__}: {x}"[:300] for x in outcomes if not isinstance(x, Loop)]
+    if errors:
+        log(f"  {len(errors)} of {count} concurrent loops failed, e.g. {errors[0]}")
+    if not loaded:
+        raise LoopError(f"every concurrent loop failed, e.g. {errors[0]}")
+    cpu_ms = dict(meter.stop()) if meter is not None else {}
+    cpu_ms["client"] = (time.process_time() - cpu_start) * 1000
+    return loaded, errors, wall_s, cpu_ms
+
+
 async def many_loops(
     client, params: LoadParams, corpus: dict[str, str], meter=None
 ) -> dict[str, Any]:
-    """(b): one loop alone (a few times), then ``loops`` at once, per tool time."""
+    """(b): one loop alone (a few times), then ``loops`` at once, per tool time; at the
+    first tool time also (c), the sweep: how many loops at once stay within 2x."""
     results: dict[str, Any] = {"model": params.loop_model, "loops": params.loops, "cells": []}
     for tool_ms in params.loop_tool_ms:
-        single: list[Loop] = []
-        for rep in range(params.single_reps):
-            rollout = Rollout(f"run_{uuid.uuid4().hex[:12]}", corpus, turns=params.loop_turns)
-            single.append(await _ws_loop(client, rollout, params, tool_ms, rep))
-
-        async def staggered(index: int, tool_ms: float = tool_ms) -> Loop:
-            await asyncio.sleep(params.stagger_s * index / max(1, params.loops))
-            rollout = Rollout(f"run_{uuid.uuid4().hex[:12]}", corpus, turns=params.loop_turns)
-            return await _ws_loop(client, rollout, params, tool_ms, index)
-
-        if meter is not None:
-            meter.start()
-        cpu_start = time.process_time()
-        start = time.perf_counter()
-        outcomes = await asyncio.gather(
-            *(staggered(i) for i in range(params.loops)), return_exceptions=True
+        single = await _single(client, params, corpus, tool_ms)
+        loaded, errors, wall_s, cpu_ms = await _at_once(
+            client, params, corpus, params.loops, tool_ms, meter
         )
-        wall_s = time.perf_counter() - start
-        loaded = [x for x in outcomes if isinstance(x, Loop)]
-        errors = [f"{type(x).__name__}: {x}"[:300] for x in outcomes if not isinstance(x, Loop)]
-        if errors:
-            log(f"  {len(errors)} of {params.loops} concurrent loops failed, e.g. {errors[0]}")
-        if not loaded:
-            raise LoopError(f"every concurrent loop failed, e.g. {errors[0]}")
-        cpu_ms = dict(meter.stop()) if meter is not None else {}
-        cpu_ms["client"] = (time.process_time() - cpu_start) * 1000
         output_tokens = sum(t.output_tokens for loop in loaded for t in loop.turns)
         input_tokens = sum(t.input_tokens for loop in loaded for t in loop.turns)
         alone, under_load = _summary(_overheads(single)), _summary(_overheads(loaded))
@@ -213,7 +234,60 @@ async def many_loops(
             f"{alone['median']:.1f} ms alone ({cell['overhead_ratio']:.2f}x); "
             f"{cell['concurrent']['output_tokens_per_s']:.0f} output tok/s in {wall_s:.1f} s"
         )
+        if tool_ms == params.loop_tool_ms[0] and params.sweep:
+            results["sweep"] = await capacity_sweep(client, params, corpus, single, cell, meter)
     return results
+
+
+async def capacity_sweep(
+    client, params: LoadParams, corpus: dict[str, str], single: list[Loop], top: dict, meter=None
+) -> dict[str, Any]:
+    """(c): the per-turn overhead ratio at several loop counts, to find how many agent
+    loops this machine carries within 2x of one loop alone, and where the CPU runs out."""
+    alone = statistics.median(_overheads(single))
+    tool_ms = top["tool_ms"]
+    points = []
+    for count in sorted(set(params.sweep) - {params.loops}):
+        loaded, errors, wall_s, cpu_ms = await _at_once(
+            client, params, corpus, count, tool_ms, meter
+        )
+        under_load = _summary(_overheads(loaded))
+        budget = _cpu_budget(cpu_ms, loaded, single, count)
+        points.append(_sweep_point(count, under_load, alone, wall_s, loaded, errors, budget))
+        log(
+            f"  sweep: {count} loops at once, overhead per turn {under_load['median']:.1f} ms "
+            f"({points[-1]['overhead_ratio']:.2f}x alone)"
+        )
+    top_loaded = top["concurrent"]
+    points.append(
+        {
+            "loops": params.loops,
+            "overhead_ms": top_loaded["overhead_ms"],
+            "overhead_ratio": top["overhead_ratio"],
+            "turns_per_s": top_loaded["turns_per_s"],
+            "failed_loops": top_loaded["failed_loops"],
+            "cpu_budget": top["cpu_budget"],
+        }
+    )
+    points.sort(key=lambda p: p["loops"])
+    within = [p["loops"] for p in points if p["overhead_ratio"] <= 2 and not p["failed_loops"]]
+    return {
+        "tool_ms": tool_ms,
+        "alone_overhead_ms": round(alone, 3),
+        "points": points,
+        "max_loops_within_2x": max(within) if within else None,
+    }
+
+
+def _sweep_point(count, under_load, alone, wall_s, loaded, errors, budget) -> dict[str, Any]:
+    return {
+        "loops": count,
+        "overhead_ms": under_load,
+        "overhead_ratio": round(under_load["median"] / alone, 3),
+        "turns_per_s": round(sum(len(x.turns) for x in loaded) / wall_s, 2),
+        "failed_loops": len(errors),
+        "cpu_budget": budget,
+    }
 
 
 def _cpu_budget(
@@ -232,10 +306,18 @@ def _cpu_budget(
         "demand_turns_per_s": round(loops * single_turns / single_ms * 1000, 1),
         "cores": cores,
     }
+    # What the SDK clients alone would need at that pace: above ``cores``, no stack can
+    # hold the loops at their single-loop pace on this machine.
+    budget["client_cores_at_demand"] = round(
+        budget["demand_turns_per_s"] * budget["client_cpu_ms_per_turn"] / 1000, 2
+    )
     if stack_ms:
         per_turn = stack_ms / turns
         budget["stack_cpu_ms_per_turn"] = round(per_turn, 2)
         budget["stack_capacity_turns_per_s"] = round(cores * 1000 / per_turn, 1)
+        # The benchmark's own clients share the machine: the limit the loops actually meet.
+        with_client = per_turn + budget["client_cpu_ms_per_turn"]
+        budget["machine_capacity_turns_per_s"] = round(cores * 1000 / with_client, 1)
         budget["cpu_ms_per_turn"] = {k: round(v / turns, 2) for k, v in sorted(cpu_ms.items())}
     return budget
 

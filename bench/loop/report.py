@@ -18,6 +18,7 @@ PLOTS = {
     "breakdown": "loop_breakdown.png",
     "stages": "loop_stages.png",
     "load": "loop_concurrency.png",
+    "capacity": "loop_capacity.png",
 }
 COLORS = {
     LEGACY: "#d62728",
@@ -196,25 +197,41 @@ def _stage_section(data: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+def _numbers_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table of numbers (every column right-aligned)."""
+    return [
+        "| " + " | ".join(headers) + " |",
+        "|" + " ---: |" * len(headers),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
 def _load_section(data: dict[str, Any]) -> list[str]:
     load = data.get("load")
     if not load:
         return []
-    out = ["## Load", ""]
     stream = load["one_connection"]
-    out += [
+    out = [
+        "## Load",
+        "",
         f"**One WebSocket connection, {stream['model']}** (long answers asked for by length, "
         "back to back with `previous_response_id`):",
         "",
-        "| turn | output tokens | delta events | client tok/s | worker tok/s | turn ms |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+        *_numbers_table(
+            ["turn", "output tokens", "delta events", "client tok/s", "worker tok/s", "turn ms"],
+            [
+                [
+                    str(t["turn"]),
+                    f"{t['output_tokens']:,}",
+                    f"{t['delta_events']:,}",
+                    _f(t["client_tokens_per_s"], 0),
+                    _f(t["worker_tokens_per_s"], 0),
+                    _f(t["turn_ms"], 0),
+                ]
+                for t in stream["turns"]
+            ],
+        ),
     ]
-    for t in stream["turns"]:
-        out.append(
-            f"| {t['turn']} | {t['output_tokens']:,} | {t['delta_events']:,} "
-            f"| {_f(t['client_tokens_per_s'], 0)} | {_f(t['worker_tokens_per_s'], 0)} "
-            f"| {_f(t['turn_ms'], 0)} |"
-        )
     many = load["concurrent_loops"]
     out += [
         "",
@@ -222,39 +239,105 @@ def _load_section(data: dict[str, Any]) -> list[str]:
         f"{load['params']['loop_turns']} turns, {many['model']}), against the same rollout "
         "alone:",
         "",
-        "| tool ms | overhead/turn alone ms | under load median ms | p90 ms | ratio "
-        "| loop alone s | loop under load s | output tok/s | input tok/s | turns/s |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *_numbers_table(
+            [
+                "tool ms",
+                "overhead/turn alone ms",
+                "under load median ms",
+                "p90 ms",
+                "ratio",
+                "loop alone s",
+                "loop under load s",
+                "output tok/s",
+                "input tok/s",
+                "turns/s",
+            ],
+            [
+                [
+                    f"{c['tool_ms']:g}",
+                    _f(c["single"]["overhead_ms"]["median"]),
+                    _f(c["concurrent"]["overhead_ms"]["median"]),
+                    _f(c["concurrent"]["overhead_ms"]["p90"]),
+                    f"{c['overhead_ratio']:.2f}x",
+                    _f(c["single"]["loop_ms_median"], 2, 1e-3),
+                    _f(c["concurrent"]["loop_ms_median"], 2, 1e-3),
+                    _f(c["concurrent"]["output_tokens_per_s"], 0),
+                    _f(c["concurrent"]["input_tokens_per_s"], 0),
+                    _f(c["concurrent"]["turns_per_s"]),
+                ]
+                for c in many["cells"]
+            ],
+        ),
     ]
     for c in many["cells"]:
-        cc = c["concurrent"]
-        out.append(
-            f"| {c['tool_ms']:g} | {_f(c['single']['overhead_ms']['median'])} "
-            f"| {_f(cc['overhead_ms']['median'])} | {_f(cc['overhead_ms']['p90'])} "
-            f"| {c['overhead_ratio']:.2f}x | {_f(c['single']['loop_ms_median'], 2, 1e-3)} "
-            f"| {_f(cc['loop_ms_median'], 2, 1e-3)} | {_f(cc['output_tokens_per_s'], 0)} "
-            f"| {_f(cc['input_tokens_per_s'], 0)} | {_f(cc['turns_per_s'])} |"
+        if b := c.get("cpu_budget"):
+            out += ["", _budget_line(c["tool_ms"], b)]
+    return [*out, "", *_sweep_section(many.get("sweep"))]
+
+
+def _budget_line(tool_ms: float, b: dict[str, Any]) -> str:
+    parts = [f"this client {b['client_cpu_ms_per_turn']:.1f} ms"]
+    if "cpu_ms_per_turn" in b:
+        parts = [f"{k} {v:.1f} ms" for k, v in b["cpu_ms_per_turn"].items() if v >= 0.05]
+    line = (
+        f"CPU per turn under load (tool {tool_ms:g} ms): " + ", ".join(parts) + ". "
+        f"The loops ask for {b['demand_turns_per_s']:,.0f} turns/s at their single-loop pace"
+    )
+    if "stack_capacity_turns_per_s" in b:
+        line += (
+            f"; the stack alone ({b['stack_cpu_ms_per_turn']:.1f} ms of CPU per turn) could "
+            f"serve about {b['stack_capacity_turns_per_s']:,.0f} turns/s on all {b['cores']} "
+            "cores, with no client and nothing else on the machine"
         )
-    for c in many["cells"]:
-        b = c.get("cpu_budget") or {}
-        if not b:
-            continue
-        parts = [f"this client {b['client_cpu_ms_per_turn']:.1f} ms"]
-        if "cpu_ms_per_turn" in b:
-            parts = [f"{k} {v:.1f} ms" for k, v in b["cpu_ms_per_turn"].items() if v >= 0.05]
-        line = (
-            f"CPU per turn under load (tool {c['tool_ms']:g} ms): " + ", ".join(parts) + ". "
-            f"The loops ask for {b['demand_turns_per_s']:,.0f} turns/s at their single-loop "
-            f"pace"
+    if "machine_capacity_turns_per_s" in b:
+        line += (
+            "; with these SDK clients on the same machine, about "
+            f"{b['machine_capacity_turns_per_s']:,.0f} turns/s"
         )
-        if "stack_capacity_turns_per_s" in b:
-            line += (
-                f"; the stack alone ({b['stack_cpu_ms_per_turn']:.1f} ms of CPU per turn) "
-                f"could serve about {b['stack_capacity_turns_per_s']:,.0f} turns/s on all "
-                f"{b['cores']} cores, with no client and nothing else on the machine"
-            )
-        out += ["", line + "."]
-    return [*out, ""]
+    if "client_cores_at_demand" in b:
+        line += (
+            f". At the asked pace the SDK clients alone ({b['client_cpu_ms_per_turn']:.1f} ms "
+            f"of CPU per turn) would need {b['client_cores_at_demand']:.1f} cores of the "
+            f"machine's {b['cores']}"
+        )
+    return line + "."
+
+
+def _sweep_section(sweep: dict[str, Any] | None) -> list[str]:
+    if not sweep:
+        return []
+    best = sweep["max_loops_within_2x"]
+    rows = [
+        [
+            str(point["loops"]),
+            _f(point["overhead_ms"]["median"]),
+            _f(point["overhead_ms"]["p90"]),
+            f"{point['overhead_ratio']:.2f}x",
+            _f(point["turns_per_s"]),
+            _f(point["cpu_budget"]["demand_turns_per_s"]),
+            _f(point["cpu_budget"].get("stack_cpu_ms_per_turn")),
+            _f(point["cpu_budget"]["client_cpu_ms_per_turn"]),
+        ]
+        for point in sweep["points"]
+    ]
+    headers = [
+        "loops at once",
+        "overhead/turn median ms",
+        "p90 ms",
+        "ratio",
+        "turns/s delivered",
+        "turns/s asked",
+        "stack CPU ms/turn",
+        "client CPU ms/turn",
+    ]
+    return [
+        f"**Capacity sweep** (tool {sweep['tool_ms']:g} ms; one loop alone: "
+        f"{sweep['alone_overhead_ms']:.1f} ms of overhead per turn). Largest number of loops "
+        f"at once within 2x of that: **{best if best is not None else 'none'}**.",
+        "",
+        *_numbers_table(headers, rows),
+        "",
+    ]
 
 
 # -- plots ---------------------------------------------------------------------------------
@@ -428,6 +511,53 @@ def plot_load(data: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def plot_capacity(data: dict[str, Any], path: Path) -> None:
+    """Overhead ratio against loops at once (left); turns per second delivered against
+    what the loops ask for at their single-loop pace (right): where they part, the CPU
+    has run out."""
+    plt = _pyplot()
+    import matplotlib.ticker
+
+    sweep = data["load"]["concurrent_loops"]["sweep"]
+    points = sweep["points"]
+    loops = [p["loops"] for p in points]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=110)
+    left.plot(loops, [p["overhead_ratio"] for p in points], "o-", color=COLORS[CONNECTION])
+    left.axhline(2, color="#444", linestyle="--", linewidth=1, label="target: 2x")
+    left.set_yscale("log")
+    left.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    left.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    left.set_xlabel("agent loops at once")
+    left.set_ylabel("per-turn overhead / one loop alone (log)")
+    left.set_title("Per-turn API overhead under load")
+    left.legend(fontsize=8)
+    asked = [p["cpu_budget"]["demand_turns_per_s"] for p in points]
+    right.plot(loops, asked, "--", color="#444", label="asked (single-loop pace)")
+    right.plot(
+        loops,
+        [p["turns_per_s"] for p in points],
+        "o-",
+        color=COLORS[CONNECTION],
+        label="delivered",
+    )
+    for key, style, label in (
+        ("stack_capacity_turns_per_s", ":", "CPU limit: the stack alone"),
+        ("machine_capacity_turns_per_s", "-.", "CPU limit: the stack and these clients"),
+    ):
+        limit = [p["cpu_budget"].get(key) for p in points]
+        if all(limit):
+            right.plot(loops, limit, style, color=COLORS[LEGACY], label=label)
+    right.set_xlabel("agent loops at once")
+    right.set_ylabel("turns per second")
+    right.set_title(f"Throughput ({points[0]['cpu_budget']['cores']} cores)")
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def _round(value: Any) -> Any:
     return round(value, 2) if isinstance(value, float) else value
 
@@ -493,6 +623,9 @@ def write(data: dict[str, Any], out_dir: Path) -> list[Path]:
     if data.get("load"):
         plot_load(data, out_dir / PLOTS["load"])
         plots.append(PLOTS["load"])
+        if data["load"]["concurrent_loops"].get("sweep"):
+            plot_capacity(data, out_dir / PLOTS["capacity"])
+            plots.append(PLOTS["capacity"])
     data["plots"] = plots
     (out_dir / "loop.json").write_text(json.dumps(compact(data), separators=(",", ":")) + "\n")
     (out_dir / "loop.md").write_text(markdown(data))
