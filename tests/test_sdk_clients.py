@@ -14,24 +14,9 @@ from support.openresponses import (
     validate_stream_event,
     validate_ws_event,
 )
+from support.tools import WEATHER_TOOL
 
 pytestmark = pytest.mark.stack
-
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Current weather for a city.",
-    "strict": True,
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "city": {"type": "string", "description": "City name"},
-            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        },
-        "required": ["city", "unit"],
-        "additionalProperties": False,
-    },
-}
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,7 @@ from support.otlp_receiver import (
     server_spans,
     trace_of,
 )
+from support.tools import WEATHER_TOOL
 from turnpike import telemetry
 from turnpike.billing.v1 import billing_pb2
 from websockets.sync.client import connect as ws_connect
@@ -47,16 +48,6 @@ HTTP_ROOT = "POST /v1/responses"  # FastAPI's span for the HTTP request
 RESPONSE = "response.create"  # the gateway's span for one response
 DELIVERY = "billing.deliver_usage"
 
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Current weather for a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 QUESTION = "What is the weather in Paris?"
 
 

@@ -9,22 +9,7 @@ import httpx
 import jsonschema
 import pytest
 from openai import OpenAI
-
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Current weather for a city.",
-    "strict": True,
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "city": {"type": "string", "description": "City name"},
-            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        },
-        "required": ["city", "unit"],
-        "additionalProperties": False,
-    },
-}
+from support.tools import WEATHER_TOOL
 
 
 @pytest.fixture(scope="module")

@@ -20,18 +20,9 @@ from support.otlp_receiver import (
     server_spans,
     trace_of,
 )
+from support.tools import WEATHER_TOOL
 from websockets.sync.client import connect as ws_connect
 
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Current weather for a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 QUESTION = "What is the weather in Paris?"
 DELIVERY = "billing.deliver_usage"
 
