@@ -51,6 +51,16 @@ def test_images_are_charged_as_prompt_tokens_on_every_pipeline(stack, pipeline):
     assert high["turnpike"]["pipeline"] == pipeline
 
 
+def test_counting_input_tokens_includes_images_as_usage_does(stack):
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    body = {"input": image_message("high")}
+    counted = httpx.post(
+        f"{stack.base_url}/responses/input_tokens", json=body, headers=headers, timeout=30
+    )
+    assert counted.status_code == 200, counted.text
+    assert counted.json()["input_tokens"] == create(stack, body).json()["usage"]["input_tokens"]
+
+
 def test_a_broken_image_is_a_clear_400(stack):
     body = {
         "input": [

@@ -19,9 +19,9 @@ import pytest
 from devstack import LocalStack, StackConfig, StackError
 from gateway import billing_outbox, tracing
 from gateway.billing_outbox import BillingOutbox
-from gateway.engine import RequestContext
 from gateway.errors import ApiError, invalid
 from gateway.pipelines import SPRINT
+from gateway.request_state import RequestContext
 from openai import OpenAI
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor

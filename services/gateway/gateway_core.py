@@ -12,9 +12,10 @@ from turnpike.config import GatewaySettings
 from gateway.auth import ApiKeys, parse_api_keys
 from gateway.backends import Backends
 from gateway.billing_outbox import BillingOutbox
-from gateway.engine import RequestContext, ResponseEngine
+from gateway.engine import ResponseEngine
 from gateway.errors import ApiError, invalid
 from gateway.pipelines import CONNECTION, SPRINT, Pipeline, pipeline_named
+from gateway.request_state import RequestContext
 from gateway.store import ResponseStore
 from gateway.store_redis import RedisResponseStore
 

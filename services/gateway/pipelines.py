@@ -1,80 +1,116 @@
-"""The pipelines: one set of stages, three configurations.
+"""The pipelines: the same stages (``gateway.stages``), composed three ways.
 
-Each flag switches one change of the design on or off, so a benchmark can
-measure what each change buys. No flag adds or removes artificial delay: the
-slow path is slow only because it does more real work.
+A pipeline is a list of stages run in order; ``Concurrently`` groups the ones that run
+at the same time. Each variant switches one change of the design on or off, so a
+benchmark can measure what each change buys::
+
+                    legacy              sprint (HTTP)             connection (WebSocket)
+  load_conversation store               store + TokenCache        connection cache, else store
+  validate_history  whole history       whole history             new items only
+  resolve_model     router              ModelConfigCache          previous turn, else cache
+  safety            whole history       whole history, fused      new items only, fused
+  resolve_images    by the imageres hop in process                in process, new images only
+  render            whole history       append to cached tokens   append to cached tokens
+  route             router              router                    previous turn's worker
+  safety..render    one after another   at the same time          at the same time
+  worker            via imageres        direct                    direct
+  billing           before the end      in the background         in the background
+
+No stage adds or removes artificial delay: the slow path is slow only because it does
+more real work.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gateway.errors import invalid
+from gateway.stages import (
+    Concurrently,
+    LoadConversation,
+    Render,
+    ResolveImages,
+    ResolveModel,
+    Route,
+    Safety,
+    Stage,
+    Step,
+    ValidateHistory,
+)
+
+S = TypeVar("S", bound=Stage)
 
 
 @dataclass(frozen=True)
 class Pipeline:
     name: str
-    # Continue from the connection-scoped cache instead of rebuilding from the store.
-    connection_cache: bool
-    # Classify only the new input, folding it into the conversation's safety state.
-    incremental_safety: bool
-    # Score with the fused classifier (same scores, a fraction of the work).
-    fast_safety: bool
-    # Keep model configurations in process instead of asking the router each time.
-    cache_model_config: bool
-    # Keep each response's rendered tokens in process; a follow-up renders only its new items.
-    cache_rendered_tokens: bool
-    # Render only the new items and append them to cached tokens.
-    append_render: bool
-    # Reuse the previous turn's model resolution and worker.
-    reuse_route: bool
-    # Reach the worker through the image-resolution proxy.
+    stages: tuple[Step, ...]
+    # Reach the worker through the image-resolution proxy, which resolves the images.
     image_hop: bool
-    # Run safety, image resolution and rendering at the same time (all finish before
-    # generation starts).
-    overlap_checks: bool
     # Record billing before the terminal event (instead of in the background).
     blocking_billing: bool
+
+    def __post_init__(self) -> None:
+        # Images are charged as prompt tokens: resolved exactly once, by a stage or the hop.
+        if self.image_hop == any(isinstance(s, ResolveImages) for s in self.each_stage()):
+            raise ValueError(f"{self.name}: images need one resolver, the hop or ResolveImages")
+
+    def each_stage(self) -> Iterator[Stage]:
+        """Every stage in order, concurrent ones in the order they are listed."""
+        for step in self.stages:
+            yield from step.stages if isinstance(step, Concurrently) else (step,)
+
+    def stage(self, kind: type[S]) -> S:
+        for stage in self.each_stage():
+            if isinstance(stage, kind):
+                return stage
+        raise LookupError(f"pipeline {self.name} has no {kind.__name__} stage")
+
+    @property
+    def cache_rendered_tokens(self) -> bool:
+        """Whether finishing keeps each response's rendered tokens (for its loader)."""
+        return self.stage(LoadConversation).rendered_tokens
 
 
 LEGACY = Pipeline(
     "legacy",
-    connection_cache=False,
-    incremental_safety=False,
-    fast_safety=False,
-    cache_model_config=False,
-    cache_rendered_tokens=False,
-    append_render=False,
-    reuse_route=False,
+    stages=(
+        LoadConversation(),
+        ValidateHistory(),
+        ResolveModel(),
+        Safety(),
+        Render(),
+        Route(),
+    ),
     image_hop=True,
-    overlap_checks=False,
     blocking_billing=True,
 )
 SPRINT = Pipeline(
     "sprint",
-    connection_cache=False,
-    incremental_safety=False,
-    fast_safety=True,
-    cache_model_config=True,
-    cache_rendered_tokens=True,
-    append_render=True,
-    reuse_route=False,
+    stages=(
+        LoadConversation(rendered_tokens=True),
+        ValidateHistory(),
+        ResolveModel(cached=True),
+        Concurrently(Safety(fast=True), ResolveImages(), Render(append=True)),
+        Route(),
+    ),
     image_hop=False,
-    overlap_checks=True,
     blocking_billing=False,
 )
 CONNECTION = Pipeline(
     "connection",
-    connection_cache=True,
-    incremental_safety=True,
-    fast_safety=True,
-    cache_model_config=True,
-    cache_rendered_tokens=False,
-    append_render=True,
-    reuse_route=True,
+    stages=(
+        LoadConversation(from_connection=True),
+        ValidateHistory(incremental=True),
+        ResolveModel(reuse=True, cached=True),
+        Concurrently(
+            Safety(incremental=True, fast=True), ResolveImages(reuse=True), Render(append=True)
+        ),
+        Route(reuse=True),
+    ),
     image_hop=False,
-    overlap_checks=True,
     blocking_billing=False,
 )
 PIPELINES = {p.name: p for p in (LEGACY, SPRINT, CONNECTION)}

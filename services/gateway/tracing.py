@@ -20,7 +20,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from gateway.errors import ApiError
 
 if TYPE_CHECKING:
-    from gateway.engine import RequestContext
+    from gateway.request_state import RequestContext
 
 tracer = trace.get_tracer("turnpike.gateway")
 
