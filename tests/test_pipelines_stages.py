@@ -31,6 +31,7 @@ from gateway.stages import (
     Route,
     Safety,
     ValidateHistory,
+    conversation_key,
     header_key,
 )
 from gateway.state import ConnectionCache, ConversationState, RenderedPrefix
@@ -457,3 +458,24 @@ async def test_a_rebuilt_history_is_validated_again_a_cached_one_is_not(engine) 
     # Not continuing from the cache (the parent came from the store): validated whole.
     with pytest.raises(ApiError):
         await stage.run(prepared_with(CONNECTION, False), engine.res)
+
+
+def test_a_conversation_without_a_parent_is_keyed_by_how_it_starts() -> None:
+    """A stateless client re-sends its history every turn, its items often without ids
+    (each then gets a new one): the routing key must not change, or the conversation
+    hops between workers and loses its prefix cache."""
+
+    def key(request: CreateRequest, tenant: str = TENANT) -> str:
+        return conversation_key(tenant, request, to_proto(request.input_items, {}))
+
+    start = [{"role": "user", "content": "Fix the parser."}]
+    turn_1 = create(input=start, instructions="be brief")
+    turn_2 = create(
+        input=[*start, message("assistant", "On it.", "msg_9")], instructions="be brief"
+    )
+    assert turn_1.input_items[0]["id"] != turn_2.input_items[0]["id"]  # fresh ids
+    assert key(turn_1) == key(turn_2)
+    assert key(create(input=start, instructions="be verbose")) != key(turn_1)
+    assert key(create(input=[{"role": "user", "content": "Other."}])) != key(turn_1)
+    assert key(turn_1, tenant="other") != key(turn_1)
+    assert key(create(input=start, prompt_cache_key="k")) == f"{TENANT}:pck:k"

@@ -93,7 +93,13 @@ def conversation_key(
     that holds its prefix cache. Scoped by tenant: tenants never share a cache by routing."""
     if request.prompt_cache_key:
         return f"{tenant}:pck:{request.prompt_cache_key}"
-    first = items[0].SerializeToString() if items else b""
+    first = b""
+    if items:
+        # By content only: an item sent without an id gets a new one on every request.
+        start = conversation_pb2.Item()
+        start.CopyFrom(items[0])
+        start.ClearField("id")
+        first = start.SerializeToString(deterministic=True)
     digest = hashlib.blake2b(header_key(request).encode() + first, digest_size=16).hexdigest()
     return f"{tenant}:conv:{digest}"
 
