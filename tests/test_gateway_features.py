@@ -145,6 +145,23 @@ def test_every_pipeline_renders_the_same_prompt_for_the_same_conversation(stack)
     assert counts["legacy"][0] < counts["legacy"][1] < counts["legacy"][2]
 
 
+def test_a_resent_history_renders_to_the_same_prompt_as_a_chained_one(stack):
+    """Sprint appends to a prefix it finds by content when a client re-sends its history:
+    the model must see exactly the tokens a chained client's turn renders to."""
+    body = {"instructions": "Prompt identity test.", "input": "Write a haiku about caches."}
+    chained = stateless = create(stack, body).json()
+    history = [{"role": "user", "content": body["input"]}, *chained["output"]]
+    for turn in range(3):
+        ask = {"role": "user", "content": f"Another one, number {turn}."}
+        chained = create(
+            stack, {**body, "input": [ask], "previous_response_id": chained["id"]}
+        ).json()
+        history.append(ask)
+        stateless = create(stack, {**body, "input": history}).json()
+        history += stateless["output"]
+        assert stateless["usage"]["input_tokens"] == chained["usage"]["input_tokens"]
+
+
 def test_a_stateless_client_keeps_its_worker(stack):
     """Without previous_response_id, a conversation is routed by how it starts, so the
     full history re-sent every turn lands where its prefix is cached."""

@@ -31,6 +31,7 @@ from gateway.stages import (
     Route,
     Safety,
     ValidateHistory,
+    content_keys,
     conversation_key,
     header_key,
 )
@@ -220,7 +221,7 @@ def test_each_pipeline_lists_its_stages_in_order() -> None:
                 ResolveModel(cached=True),
                 Safety(fast=True),
                 ResolveImages(),
-                Render(append=True),
+                Render(append=True, by_content=True),
                 Route(),
             ],
             False,
@@ -479,3 +480,42 @@ def test_a_conversation_without_a_parent_is_keyed_by_how_it_starts() -> None:
     assert key(create(input=[{"role": "user", "content": "Other."}])) != key(turn_1)
     assert key(turn_1, tenant="other") != key(turn_1)
     assert key(create(input=start, prompt_cache_key="k")) == f"{TENANT}:pck:k"
+
+
+async def test_sprint_renders_a_resent_history_by_appending_to_its_longest_known_prefix(
+    engine, backends
+) -> None:
+    """A client that re-sends its whole history (no previous_response_id) gets the same
+    append as a chained one: the prefix is found by content, whatever the items' ids."""
+    history = [{"role": "user", "content": "Fix the parser."}]
+    await engine.prepare(create(input=history), context(SPRINT))
+    assert backends.tokenizer.calls == [("Render", 1)]
+    history += [message("assistant", "Which file?", "msg_a1"), message("user", "parse.py", "u2")]
+    prepared = await engine.prepare(create(input=history), context(SPRINT))
+    assert backends.tokenizer.calls[-1] == ("RenderAppend", 2)
+    assert prepared.prompt == array("I", [1] * 3 + [2] * 6 + COMPLETION_PROMPT)
+    # The same history again: all of it is known, nothing is rendered.
+    calls = len(backends.tokenizer.calls)
+    again = await engine.prepare(create(input=history), context(SPRINT))
+    assert len(backends.tokenizer.calls) == calls and again.prompt == prepared.prompt
+    # Other instructions, another tenant, or legacy: rendered in full.
+    await engine.prepare(create(input=history, instructions="be brief"), context(SPRINT))
+    assert backends.tokenizer.calls[-1] == ("Render", 3)
+    other = RequestContext(tenant="other", pipeline=SPRINT)
+    await engine.prepare(create(input=history), other)
+    assert backends.tokenizer.calls[-1] == ("Render", 3)
+    await engine.prepare(create(input=history), context(LEGACY))
+    assert backends.tokenizer.calls[-1] == ("Render", 3)
+
+
+def test_content_keys_follow_content_not_ids() -> None:
+    def items(*texts: str, ids: str = "a") -> list:
+        return to_proto([message("user", t, f"msg_{ids}{i}") for i, t in enumerate(texts)], {})
+
+    keys = content_keys("h", items("one", "two"))
+    assert keys == content_keys("h", items("one", "two", ids="b"))  # other ids
+    assert keys[0] == content_keys("h", items("one"))[0]  # a prefix keeps its key
+    assert keys[1] != content_keys("h", items("one", "other"))[1]
+    assert keys != content_keys("other header", items("one", "two"))
+    # Item boundaries count: the same text split differently is another conversation.
+    assert content_keys("h", items("ab", "c"))[1] != content_keys("h", items("a", "bc"))[1]

@@ -32,8 +32,8 @@ class ModelConfigCache:
 
 
 class TokenCache:
-    """(tenant, response id) -> the tokens its prompt was rendered to; least recently
-    used first out once ``max_tokens`` are held."""
+    """(tenant, response id or content key) -> the tokens a prompt was rendered to;
+    least recently used first out once ``max_tokens`` are held."""
 
     def __init__(self, max_tokens: int) -> None:
         self._max = max_tokens
@@ -46,6 +46,13 @@ class TokenCache:
         if entry is not None:
             self._entries.move_to_end(key)
         return entry
+
+    def longest(self, tenant: str, keys: list[str]) -> RenderedPrefix | None:
+        """The entry of the last of ``keys`` that is held (keys of ever longer prefixes)."""
+        for key in reversed(keys):
+            if (entry := self.get(tenant, key)) is not None:
+                return entry
+        return None
 
     def put(self, tenant: str, response_id: str, rendered: RenderedPrefix) -> None:
         key = (tenant, response_id)

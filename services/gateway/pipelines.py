@@ -11,6 +11,7 @@ benchmark can measure what each change buys::
   safety            whole history       whole history, fused      new items only, fused
   resolve_images    by the imageres hop in process                in process, new images only
   render            whole history       append to cached tokens   append to cached tokens
+                                        (by content if no parent)
   route             router              router                    previous turn's worker
   safety..render    one after another   at the same time          at the same time
   worker            via imageres        direct                    direct
@@ -93,7 +94,7 @@ SPRINT = Pipeline(
         LoadConversation(rendered_tokens=True),
         ValidateHistory(),
         ResolveModel(cached=True),
-        Concurrently(Safety(fast=True), ResolveImages(), Render(append=True)),
+        Concurrently(Safety(fast=True), ResolveImages(), Render(append=True, by_content=True)),
         Route(),
     ),
     image_hop=False,

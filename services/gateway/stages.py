@@ -104,6 +104,22 @@ def conversation_key(
     return f"{tenant}:conv:{digest}"
 
 
+def content_keys(header: str, items: list[conversation_pb2.Item]) -> list[str]:
+    """A key for each prefix of a conversation (the first item, the first two, ...), by
+    content: a chained hash of the header key and each item without its id, which does
+    not render (an item sent without one gets a new id on every request)."""
+    digest = hashlib.blake2b(header.encode(), digest_size=16)
+    keys = []
+    for item in items:
+        bare = conversation_pb2.Item()
+        bare.CopyFrom(item)
+        bare.ClearField("id")
+        data = bare.SerializeToString(deterministic=True)
+        digest.update(len(data).to_bytes(8, "little") + data)
+        keys.append(f"content:{digest.hexdigest()}")
+    return keys
+
+
 def header_key(request: CreateRequest) -> str:
     blob = json.dumps([request.instructions, request.tools], sort_keys=True).encode()
     return hashlib.blake2b(blob, digest_size=16).hexdigest()
@@ -405,25 +421,28 @@ class Render(Stage):
     name: ClassVar[str] = "render"
     # Render only the new items and append them to the parent's cached tokens.
     append: bool = False
+    # Without a parent (a client re-sending its whole history), look the longest rendered
+    # prefix up by content in the process's TokenCache, and keep this render there too.
+    by_content: bool = False
 
     async def run(self, p: Prepared, res: Resources) -> None:
         key = header_key(p.request)
         cached = p.parent.rendered if p.parent is not None else None
+        keys = content_keys(key, p.proto_history) if self.by_content and not p.parent else []
+        if keys:
+            cached = res.token_cache.longest(p.ctx.tenant, keys)
         if self.append and cached is not None and cached.header_key == key:
-            tail = p.proto_history[cached.items :]
-            reply = await res.tokenize(
-                res.backends.tokenizer.RenderAppend, tokenizer_pb2.RenderAppendRequest(items=tail)
-            )
-            tokens = cached.tokens + array("I", reply.tokens)
+            tokens = cached.tokens
+            if tail := p.proto_history[cached.items :]:  # else the same history, re-sent
+                request = tokenizer_pb2.RenderAppendRequest(items=tail)
+                tokens = tokens + await _tokens(res, res.backends.tokenizer.RenderAppend, request)
         else:
-            reply = await res.tokenize(
-                res.backends.tokenizer.Render, render_request(p.request, p.proto_history)
-            )
-            tokens = array("I", reply.tokens)
-        if reply.completion_prompt:
-            res.completion_prompt = array("I", reply.completion_prompt)
+            request = render_request(p.request, p.proto_history)
+            tokens = await _tokens(res, res.backends.tokenizer.Render, request)
         p.rendered = RenderedPrefix(key, tokens, len(p.proto_history))
         p.prompt = tokens + res.completion_prompt
+        if keys:
+            res.token_cache.put(p.ctx.tenant, keys[-1], p.rendered)
 
     def check(self, p: Prepared) -> None:
         model = p.model
@@ -434,6 +453,15 @@ class Render(Stage):
                 "input",
                 "context_length_exceeded",
             )
+
+
+async def _tokens(
+    res: Resources, method: Callable[..., Awaitable[tokenizer_pb2.RenderResponse]], request: Any
+) -> array:
+    reply = await res.tokenize(method, request)
+    if reply.completion_prompt:
+        res.completion_prompt = array("I", reply.completion_prompt)
+    return array("I", reply.tokens)
 
 
 @dataclass(frozen=True)
