@@ -10,10 +10,12 @@ so ``pytest -m "not stack"`` runs everything else.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
 
 import pytest
 from devstack import LocalStack, StackConfig, StackEndpoints, StackError
+from support.procs import free_port, start_service
 
 STACK_ENV = {
     # Three tenants, to check that one cannot see another's responses.
@@ -71,3 +73,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "stack" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.stack)
+
+
+@pytest.fixture
+def start_worker() -> Iterator[Callable[..., tuple[subprocess.Popen, str]]]:
+    """Start worker processes on free ports, killed at the end of the test: ``start(**env)``
+    gives (process, address). The simulator only, unless a test sets CEREBRAS_*."""
+    procs: list[subprocess.Popen] = []
+
+    def start(**env: str) -> tuple[subprocess.Popen, str]:
+        port = free_port()
+        env = {
+            "TURNPIKE_WORKER_PORT": str(port),
+            "TURNPIKE_WORKER_ID": "worker-proc",
+            "TURNPIKE_SHUTDOWN_GRACE_S": "5",
+            "CEREBRAS_API_KEY": "",
+            "CEREBRAS_BASE_URL": "",
+            **env,
+        }
+        procs.append(start_service("worker", env))
+        return procs[-1], f"127.0.0.1:{port}"
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from PIL import Image
 from support.openresponses import validate_response_object
+from support.tools import READ_FILE_TOOL
 
 pytestmark = pytest.mark.stack
 
@@ -111,16 +112,7 @@ def test_responses_report_model_time_and_stage_times(stack):
 
 def test_every_pipeline_renders_the_same_prompt_for_the_same_conversation(stack):
     """Caches and appended renders change the cost, never the tokens the model sees."""
-    tool = {
-        "type": "function",
-        "name": "read_file",
-        "description": "Read a file.",
-        "parameters": {
-            "type": "object",
-            "properties": {"path": {"type": "string"}},
-            "required": ["path"],
-        },
-    }
+    tool = READ_FILE_TOOL
     counts = {}
     for pipeline in ("legacy", "sprint", "connection"):
         previous, prompt_sizes = None, []

@@ -14,7 +14,7 @@ from support.openresponses import (
     validate_stream_event,
     validate_ws_event,
 )
-from support.tools import WEATHER_TOOL
+from support.tools import WEATHER_TOOL, only_call, tool_result
 
 pytestmark = pytest.mark.stack
 
@@ -171,17 +171,12 @@ def test_websocket_multi_turn_function_call_loop_on_one_socket(client):
         assert done.type == "response.completed"
         previous = done.response
         for i in range(3):
-            call = next(item for item in previous.output if item.type == "function_call")
+            call = only_call(previous)
             done = turn(
                 previous_response_id=previous.id,
-                input=[
-                    {
-                        "type": "function_call_output",
-                        "call_id": call.call_id,
-                        "output": f"sunny {i}",
-                    },
-                    {"role": "user", "content": f"And the weather in city number {i}?"},
-                ],
+                input=tool_result(
+                    call.call_id, f"sunny {i}", f"And the weather in city number {i}?"
+                ),
             )
             assert done.type == "response.completed", done
             previous = done.response

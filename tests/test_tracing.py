@@ -8,7 +8,6 @@ exporters' configuration from the standard ``OTEL_*`` variables too.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,16 +38,13 @@ from support.otlp_receiver import (
     server_spans,
     trace_of,
 )
-from support.tools import WEATHER_TOOL
+from support.tools import QUESTION, WEATHER_TOOL, ask_over_websocket
 from turnpike import telemetry
 from turnpike.billing.v1 import billing_pb2
-from websockets.sync.client import connect as ws_connect
 
 HTTP_ROOT = "POST /v1/responses"  # FastAPI's span for the HTTP request
 RESPONSE = "response.create"  # the gateway's span for one response
 DELIVERY = "billing.deliver_usage"
-
-QUESTION = "What is the weather in Paris?"
 
 
 @dataclass
@@ -277,25 +273,7 @@ def test_the_legacy_pipeline_traces_the_image_hop(traced: Traced) -> None:
 
 
 def test_one_websocket_response_is_one_trace(traced: Traced) -> None:
-    with ws_connect(
-        traced.ws_url,
-        additional_headers={"Authorization": f"Bearer {traced.api_key}"},
-        open_timeout=10,
-    ) as sock:
-        sock.send(
-            json.dumps(
-                {
-                    "type": "response.create",
-                    "model": "turnpike-sim",
-                    "input": QUESTION,
-                    "tools": [WEATHER_TOOL],
-                }
-            )
-        )
-        while True:
-            event = json.loads(sock.recv(timeout=30))
-            if event["type"] in ("response.completed", "response.failed", "error"):
-                break
+    event = ask_over_websocket(traced.ws_url, traced.api_key, timeout=30)
     assert event["type"] == "response.completed", event
     response_id = event["response"]["id"]
     span, members = wait_for_trace(

@@ -9,6 +9,7 @@ import httpx
 import pytest
 from openai import OpenAI
 from support.openresponses import validate_input_item
+from support.tools import READ_FILE_TOOL
 
 pytestmark = pytest.mark.stack
 
@@ -56,18 +57,7 @@ def test_every_response_is_billed_once_to_its_tenant(stack):
 
 def test_input_items_validate_against_the_item_schema(stack):
     client = OpenAI(base_url=stack.base_url, api_key=stack.api_key, max_retries=0)
-    tool = {
-        "type": "function",
-        "name": "read_file",
-        "description": "Read a file.",
-        "parameters": {
-            "type": "object",
-            "properties": {"path": {"type": "string"}},
-            "required": ["path"],
-            "additionalProperties": False,
-        },
-        "strict": True,
-    }
+    tool = READ_FILE_TOOL
     first = client.responses.create(model="turnpike-sim-4000", input="Open main.py", tools=[tool])
     call = first.output[0]
     second = client.responses.create(

@@ -5,9 +5,9 @@ process serving a ``backend="cerebras"`` request."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import signal
-import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -16,7 +16,8 @@ import pytest
 from cerebras.cloud.sdk import AsyncCerebras
 from support import cerebras_fake as fakeapi
 from support.cerebras_fake import CerebrasFake
-from support.procs import free_port, start_service
+from support.procs import free_port
+from support.tools import WEATHER_PROTO_TOOL, WEATHER_SCHEMA
 from turnpike.config import WorkerSettings
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.grpc_client import wait_healthy
@@ -33,18 +34,6 @@ from worker.chat_mapping import (
 )
 from worker.server import SERVICE_NAME
 
-WEATHER_SCHEMA = {
-    "type": "object",
-    "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
-    "required": ["city", "unit"],
-    "additionalProperties": False,
-}
-WEATHER = cv.Tool(
-    name="get_weather",
-    description="Weather for a city",
-    parameters_json=json.dumps(WEATHER_SCHEMA),
-    strict=True,
-)
 LOOKUP = cv.Tool(name="lookup", parameters_json='{"type": "object"}')
 
 
@@ -174,7 +163,7 @@ def test_function_calls_become_one_assistant_message_and_outputs_tool_messages()
 def test_tools_tool_choice_and_sampling(choice, expected) -> None:
     params = chat_params(
         request(
-            tools=[WEATHER, LOOKUP],
+            tools=[WEATHER_PROTO_TOOL, LOOKUP],
             tool_choice=choice,
             parallel_tool_calls=False,
             sampling=pb.SamplingParams(temperature=0.7, top_p=0.9, seed=42, max_output_tokens=128),
@@ -206,7 +195,7 @@ def test_unset_sampling_and_no_tools_send_nothing_extra() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"tools": [WEATHER], "tool_choice": "nope"}, "not among the tools"),
+        ({"tools": [WEATHER_PROTO_TOOL], "tool_choice": "nope"}, "not among the tools"),
         ({"tools": [cv.Tool(name="t", parameters_json="{oops")]}, "parameters are not JSON"),
         (
             {"items": [message("user", "look", images=[cv.Image(file_id="file_1")])]},
@@ -365,7 +354,10 @@ async def test_text_stream_usage_and_timings(fake, make_backend) -> None:
 
 async def test_streamed_tool_call_becomes_a_function_call_item(fake, make_backend) -> None:
     req = request(
-        "fake-tool-call", tools=[WEATHER], tool_choice="get_weather", parallel_tool_calls=True
+        "fake-tool-call",
+        tools=[WEATHER_PROTO_TOOL],
+        tool_choice="get_weather",
+        parallel_tool_calls=True,
     )
     events = await run(make_backend(), req)
     assert kinds(events) == ["item_started", "delta", "delta", "delta", "item_done", "finished"]
@@ -391,7 +383,7 @@ async def test_parallel_calls_in_one_chunk_and_text_before_a_call(fake, make_bac
     assert kinds(events).count("item_done") == 2
     assert text_of(events) == "".join(c[2] for c in fakeapi.PARALLEL_CALLS)
 
-    events = await run(backend, request("fake-text-then-tool-call", tools=[WEATHER]))
+    events = await run(backend, request("fake-text-then-tool-call", tools=[WEATHER_PROTO_TOOL]))
     assert kinds(events)[:5] == ["item_started", "delta", "delta", "delta", "item_done"]
     assert events[5].item_started.kind == pb.ItemStarted.FUNCTION_CALL
     assert events[-2].HasField("item_done") and events[-1].finished.finish_reason == "tool_calls"
@@ -405,7 +397,9 @@ async def test_prior_tool_call_and_output_are_sent_as_tool_calls_and_tool_messag
         call("call_abc", "get_weather", '{"city": "Paris", "unit": "c"}'),
         output("call_abc", '{"temp": 18}'),
     ]
-    events = await run(make_backend(), request("fake-text", items=items, tools=[WEATHER]))
+    events = await run(
+        make_backend(), request("fake-text", items=items, tools=[WEATHER_PROTO_TOOL])
+    )
     assert events[-1].HasField("finished")
     messages = fake.requests[0].body["messages"]
     assert messages[1] == {
@@ -542,7 +536,7 @@ async def test_a_caller_that_stops_reading_closes_the_upstream_stream(fake, make
 
 async def test_unmappable_request_raises_before_any_request(fake, make_backend) -> None:
     with pytest.raises(InvalidRequestError, match="not among the tools"):
-        await run(make_backend(), request(tools=[WEATHER], tool_choice="nope"))
+        await run(make_backend(), request(tools=[WEATHER_PROTO_TOOL], tool_choice="nope"))
     assert fake.requests == []
 
 
@@ -594,27 +588,10 @@ def test_settings_make_the_backend_only_with_a_key(monkeypatch) -> None:
 
 
 @pytest.fixture
-def start_worker():
-    procs: list[subprocess.Popen] = []
-
-    def start(**env: str) -> tuple[subprocess.Popen, str]:
-        port = free_port()
-        env = {
-            "TURNPIKE_WORKER_PORT": str(port),
-            "TURNPIKE_WORKER_ID": "worker-cerebras-proc",
-            "TURNPIKE_SHUTDOWN_GRACE_S": "2",
-            "CEREBRAS_API_KEY": "",
-            "CEREBRAS_BASE_URL": "",
-            **env,
-        }
-        procs.append(start_service("worker", env))
-        return procs[-1], f"127.0.0.1:{port}"
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+def start_worker(start_worker):
+    return functools.partial(
+        start_worker, TURNPIKE_WORKER_ID="worker-cerebras-proc", TURNPIKE_SHUTDOWN_GRACE_S="2"
+    )
 
 
 async def generate(address: str, req: pb.GenerateRequest) -> list[pb.GenerateEvent]:
@@ -627,7 +604,9 @@ async def test_worker_process_serves_cerebras_requests(fake, start_worker) -> No
     proc, address = start_worker(CEREBRAS_API_KEY="test", CEREBRAS_BASE_URL=fake.base_url)
     assert await wait_healthy(address, timeout=30, service=SERVICE_NAME)
 
-    events = await generate(address, request("fake-tool-call", tools=[WEATHER], backend="cerebras"))
+    events = await generate(
+        address, request("fake-tool-call", tools=[WEATHER_PROTO_TOOL], backend="cerebras")
+    )
     started = events[0].item_started
     assert (started.call_id, started.name) == (fakeapi.CALL_ID, fakeapi.CALL_NAME)
     assert text_of(events) == fakeapi.CALL_ARGUMENTS

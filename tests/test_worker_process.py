@@ -10,7 +10,6 @@ import subprocess
 import grpc
 import jsonschema
 import pytest
-from support.procs import free_port, start_service
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.grpc_client import wait_healthy
 from turnpike.inference.v1 import inference_pb2 as pb
@@ -38,28 +37,6 @@ def request(tps: float = 2000.0, **kwargs) -> pb.GenerateRequest:
     }
     fields.update(kwargs)
     return pb.GenerateRequest(**fields)
-
-
-@pytest.fixture
-def start_worker():
-    procs: list[subprocess.Popen] = []
-
-    def start(**env: str) -> tuple[subprocess.Popen, str]:
-        port = free_port()
-        env = {
-            "TURNPIKE_WORKER_PORT": str(port),
-            "TURNPIKE_WORKER_ID": "worker-proc",
-            "TURNPIKE_SHUTDOWN_GRACE_S": "5",
-            **env,
-        }
-        procs.append(start_service("worker", env))
-        return procs[-1], f"127.0.0.1:{port}"
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture

@@ -6,21 +6,12 @@ import random
 
 import jsonschema
 import pytest
+from support.tools import WEATHER_PROTO_TOOL, WEATHER_SCHEMA
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.inference.v1 import inference_pb2 as pb
 from worker.backends import Backends, InvalidRequestError
 from worker.prefix_cache import PrefixCache
 from worker.simulator import SimulatorBackend
-
-WEATHER_SCHEMA = {
-    "type": "object",
-    "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
-    "required": ["city", "unit"],
-    "additionalProperties": False,
-}
-WEATHER = cv.Tool(
-    name="get_weather", description="Weather for a city", parameters_json=json.dumps(WEATHER_SCHEMA)
-)
 
 
 def user(text: str) -> cv.Item:
@@ -100,7 +91,9 @@ async def test_same_request_same_text() -> None:
 
 
 async def test_function_call_stream_has_valid_arguments() -> None:
-    events = await run(make_backend(), request([user("Weather in Zürich please")], [WEATHER]))
+    events = await run(
+        make_backend(), request([user("Weather in Zürich please")], [WEATHER_PROTO_TOOL])
+    )
     started = events[0].item_started
     assert started.kind == pb.ItemStarted.FUNCTION_CALL
     assert started.name == "get_weather"
@@ -118,7 +111,7 @@ async def test_answer_after_tool_output() -> None:
         cv.Item(kind=cv.Item.FUNCTION_CALL, call_id="call_1", name="get_weather", arguments="{}"),
         cv.Item(kind=cv.Item.FUNCTION_CALL_OUTPUT, call_id="call_1", text="sunny, 18 C"),
     ]
-    events = await run(make_backend(), request(items, [WEATHER]))
+    events = await run(make_backend(), request(items, [WEATHER_PROTO_TOOL]))
     text, _ = deltas(events)
     assert text.startswith("The tool returned: sunny, 18 C")
     assert events[-1].finished.finish_reason == "stop"
@@ -131,7 +124,7 @@ async def test_max_output_tokens_gives_length() -> None:
     finished = events[-1].finished
     assert finished.finish_reason == "length" and finished.usage.output_tokens == 3
     # A cut function call still ends its item.
-    events = await run(make_backend(), request(tools=[WEATHER], max_output_tokens=2))
+    events = await run(make_backend(), request(tools=[WEATHER_PROTO_TOOL], max_output_tokens=2))
     assert kinds(events)[-2:] == ["item_done", "finished"]
     assert events[-1].finished.finish_reason == "length"
 
@@ -244,7 +237,7 @@ async def test_invalid_requests_raise_before_any_event(field, value, message) ->
 
 async def test_unknown_tool_choice_is_invalid() -> None:
     with pytest.raises(InvalidRequestError, match="not among the tools"):
-        await run(make_backend(), request(tools=[WEATHER], tool_choice="nope"))
+        await run(make_backend(), request(tools=[WEATHER_PROTO_TOOL], tool_choice="nope"))
 
 
 async def test_special_token_text_in_a_tool_output_is_plain_text() -> None:

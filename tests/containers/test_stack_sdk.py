@@ -9,7 +9,7 @@ import httpx
 import jsonschema
 import pytest
 from openai import OpenAI
-from support.tools import WEATHER_TOOL
+from support.tools import WEATHER_TOOL, only_call, tool_result
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +21,6 @@ def client(container_stack):
         timeout=60,
     ) as sdk:
         yield sdk
-
-
-def only_call(response):
-    [call] = [item for item in response.output if item.type == "function_call"]
-    return call
 
 
 def test_the_stack_came_up_healthy_with_every_service(container_stack):
@@ -103,14 +98,7 @@ def test_websocket_function_call_loop_on_one_socket(client):
             call = only_call(previous)
             done = turn(
                 previous_response_id=previous.id,
-                input=[
-                    {
-                        "type": "function_call_output",
-                        "call_id": call.call_id,
-                        "output": f"rain {i}",
-                    },
-                    {"role": "user", "content": f"And in city number {i}?"},
-                ],
+                input=tool_result(call.call_id, f"rain {i}", f"And in city number {i}?"),
             )
             assert done.type == "response.completed", done
             assert done.response.previous_response_id == previous.id

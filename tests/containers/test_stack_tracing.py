@@ -6,8 +6,6 @@ the workers) leave no spans."""
 
 from __future__ import annotations
 
-import json
-
 import httpx
 from support.otlp_receiver import (
     CLIENT,
@@ -20,10 +18,8 @@ from support.otlp_receiver import (
     server_spans,
     trace_of,
 )
-from support.tools import WEATHER_TOOL
-from websockets.sync.client import connect as ws_connect
+from support.tools import QUESTION, WEATHER_TOOL, ask_over_websocket
 
-QUESTION = "What is the weather in Paris?"
 DELIVERY = "billing.deliver_usage"
 
 
@@ -105,25 +101,7 @@ def test_the_legacy_pipeline_traces_the_image_hop_and_billing(container_stack, o
 
 
 def test_one_websocket_response_is_one_trace(container_stack, otlp):
-    with ws_connect(
-        container_stack.ws_url,
-        additional_headers={"Authorization": f"Bearer {container_stack.keys['dev']}"},
-        open_timeout=10,
-    ) as sock:
-        sock.send(
-            json.dumps(
-                {
-                    "type": "response.create",
-                    "model": "turnpike-sim",
-                    "input": QUESTION,
-                    "tools": [WEATHER_TOOL],
-                }
-            )
-        )
-        while True:
-            event = json.loads(sock.recv(timeout=60))
-            if event["type"] in ("response.completed", "response.failed", "error"):
-                break
+    event = ask_over_websocket(container_stack.ws_url, container_stack.keys["dev"], timeout=60)
     assert event["type"] == "response.completed", event
     root, members = otlp.response_trace(
         event["response"]["id"], {"gateway", "safety", "tokenizer", "router", "worker"}

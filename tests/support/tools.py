@@ -1,6 +1,12 @@
-"""The function tool the SDK and tracing tests ask the model to call."""
+"""The tools and small conversation helpers the SDK, tracing and worker tests share."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
+
+from turnpike.conversation.v1 import conversation_pb2 as cv
+from websockets.sync.client import connect as ws_connect
 
 WEATHER_TOOL = {
     "type": "function",
@@ -17,3 +23,56 @@ WEATHER_TOOL = {
         "additionalProperties": False,
     },
 }
+READ_FILE_TOOL = {
+    "type": "function",
+    "name": "read_file",
+    "description": "Read a file.",
+    "parameters": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+}
+# The worker's own form of a tool (what the gateway sends it).
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+WEATHER_PROTO_TOOL = cv.Tool(
+    name="get_weather",
+    description="Weather for a city",
+    parameters_json=json.dumps(WEATHER_SCHEMA),
+    strict=True,
+)
+QUESTION = "What is the weather in Paris?"
+TERMINAL_WS_EVENTS = ("response.completed", "response.failed", "error")
+
+
+def only_call(response: Any) -> Any:
+    """The response's one function call (an SDK response object)."""
+    [call] = [item for item in response.output if item.type == "function_call"]
+    return call
+
+
+def tool_result(call_id: str, output: str, question: str) -> list[dict[str, Any]]:
+    """A follow-up's input: the tool's output, then the user's next question."""
+    return [
+        {"type": "function_call_output", "call_id": call_id, "output": output},
+        {"role": "user", "content": question},
+    ]
+
+
+def ask_over_websocket(ws_url: str, api_key: str, timeout: float) -> dict[str, Any]:
+    """QUESTION with WEATHER_TOOL as one response.create on a raw socket: its last event."""
+    with ws_connect(
+        ws_url, additional_headers={"Authorization": f"Bearer {api_key}"}, open_timeout=10
+    ) as sock:
+        create = {"model": "turnpike-sim", "input": QUESTION, "tools": [WEATHER_TOOL]}
+        sock.send(json.dumps({"type": "response.create", **create}))
+        while True:
+            event = json.loads(sock.recv(timeout=timeout))
+            if event["type"] in TERMINAL_WS_EVENTS:
+                return event
