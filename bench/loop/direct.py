@@ -54,7 +54,7 @@ def build_plan(rollout: Rollout, model: str) -> DirectPlan:
         },
         default_model=model,
     )
-    tools = request.proto_tools()
+    tools = request.proto_tools
     call_names: dict[str, str] = {}
     items = to_proto(request.input_items, call_names)
     render = renderer()

@@ -25,7 +25,8 @@ def parse_api_keys(spec: str) -> dict[str, str]:
 
 class ApiKeys:
     def __init__(self, keys: dict[str, str]) -> None:
-        self._keys = keys
+        # Encoded once: every request compares its token with each of them.
+        self._keys = [(key.encode(), tenant) for key, tenant in keys.items()]
 
     def tenant_for(self, headers: Mapping[str, str]) -> str:
         """The caller's tenant, or an ApiError(401)."""
@@ -39,9 +40,10 @@ class ApiKeys:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise unauthorized("The Authorization header must be 'Bearer YOUR_KEY'.")
-        for key, tenant in self._keys.items():
+        presented = token.encode()
+        for key, tenant in self._keys:
             # Constant-time comparison: key checks must not leak prefixes through timing.
-            if hmac.compare_digest(key.encode(), token.encode()):
+            if hmac.compare_digest(key, presented):
                 return tenant
         raise unauthorized(f"Incorrect API key provided: {redact(token)}.")
 

@@ -15,6 +15,7 @@ import logging
 import grpc
 from opentelemetry import trace
 from turnpike.billing.v1 import billing_pb2
+from turnpike.conversation.v1 import conversation_pb2
 from turnpike.ids import new_id
 from turnpike.imageres.v1 import imageres_pb2
 from turnpike.inference.v1 import inference_pb2
@@ -73,8 +74,15 @@ class ResponseEngine:
     async def prepare(self, request: CreateRequest, ctx: RequestContext) -> Prepared:
         prepared = Prepared(request, ctx, new_id("resp"))
         ctx.span.set_attribute("turnpike.response.id", prepared.response_id)
-        for step in ctx.pipeline.stages:
-            await step.perform(prepared, self.res)
+        try:
+            for step in ctx.pipeline.stages:
+                await step.perform(prepared, self.res)
+        except ApiError:
+            # The client gets an error, not a response: the cached parent cannot be
+            # trusted to match what the client will send next.
+            if ctx.connection_cache is not None and request.previous_response_id:
+                ctx.connection_cache.evict_after_failure(request.previous_response_id, ctx.lane)
+            raise
         return prepared
 
     # Generation ------------------------------------------------------------
@@ -129,7 +137,7 @@ class ResponseEngine:
             prompt_tokens=prepared.prompt,
             instructions=request.instructions or "",
             items=prepared.proto_history,
-            tools=request.proto_tools(),
+            tools=request.proto_tools,
             tool_choice=request.tool_choice_name(),
             parallel_tool_calls=request.parallel_tool_calls,
             sampling=inference_pb2.SamplingParams(
@@ -317,13 +325,15 @@ class ResponseEngine:
     # Other endpoints -------------------------------------------------------
     async def count_input_tokens(self, request: CreateRequest, ctx: RequestContext) -> int:
         history: list[Item] = []
+        proto_history: list[conversation_pb2.Item] = []
         call_names: dict[str, str] = {}
         if request.previous_response_id:
             load = ctx.pipeline.stage(LoadConversation)
             parent = await load.load(request.previous_response_id, ctx, self.res)
-            history, call_names = parent.history, dict(parent.call_names)
+            history, proto_history = parent.history, parent.proto_history
+            call_names = dict(parent.call_names)
         check_call_outputs(history, request.input_items)
-        items = to_proto([*history, *request.input_items], call_names)
+        items = proto_history + to_proto(request.input_items, call_names)
         reply = await self.res.tokenize(
             self.backends.tokenizer.Render, render_request(request, items)
         )

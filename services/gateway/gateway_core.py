@@ -71,6 +71,11 @@ class Gateway:
         return RequestContext(tenant=tenant, pipeline=pipeline, **kwargs)
 
 
+def dumps(obj: Any) -> str:
+    """Compact JSON, as every event and body leaves the gateway."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
 def parse_json(raw: bytes | str) -> Any:
     try:
         return json.loads(raw)
@@ -82,4 +87,4 @@ def parse_json(raw: bytes | str) -> Any:
         ) from None
 
 
-__all__ = ["PIPELINE_HEADER", "ApiError", "Gateway", "parse_json"]
+__all__ = ["PIPELINE_HEADER", "ApiError", "Gateway", "dumps", "parse_json"]

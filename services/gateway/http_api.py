@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,7 +11,7 @@ from turnpike.billing.v1 import billing_pb2
 from turnpike.router.v1 import router_pb2
 
 from gateway.errors import ApiError, invalid, not_found, too_large
-from gateway.gateway_core import Gateway, parse_json
+from gateway.gateway_core import Gateway, dumps, parse_json
 from gateway.request import parse_create
 from gateway.run import ResponseRun
 from gateway.tracing import response_span
@@ -22,10 +21,6 @@ router = APIRouter()
 
 def gateway_of(request: Request) -> Gateway:
     return request.app.state.gateway
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -74,12 +69,16 @@ async def create_response(request: Request) -> Response:
     return JSONResponse(run.final)
 
 
+def _response_not_found(response_id: str) -> ApiError:
+    return not_found(
+        f"Response with id '{response_id}' not found.", "response_id", "response_not_found"
+    )
+
+
 async def _stored(gw: Gateway, tenant: str, response_id: str):
     record = await gw.store.get(tenant, response_id)
     if record is None:
-        raise not_found(
-            f"Response with id '{response_id}' not found.", "response_id", "response_not_found"
-        )
+        raise _response_not_found(response_id)
     return record
 
 
@@ -102,9 +101,7 @@ async def delete_response(response_id: str, request: Request) -> Response:
     gw = gateway_of(request)
     tenant = gw.keys.tenant_for(request.headers)
     if not await gw.store.delete(tenant, response_id):
-        raise not_found(
-            f"Response with id '{response_id}' not found.", "response_id", "response_not_found"
-        )
+        raise _response_not_found(response_id)
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 
@@ -141,8 +138,9 @@ async def list_input_items(response_id: str, request: Request) -> Response:
     order = request.query_params.get("order", "desc")
     if order not in ("asc", "desc"):
         raise invalid("Invalid 'order': expected 'asc' or 'desc'.", "order", "invalid_value")
-    await _stored(gw, tenant, response_id)
     items = await gw.engine.input_items(tenant, response_id)
+    if items is None:
+        raise _response_not_found(response_id)
     if order == "desc":
         items = items[::-1]
     after = request.query_params.get("after")

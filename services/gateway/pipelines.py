@@ -23,6 +23,7 @@ more real work.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -69,7 +70,7 @@ class Pipeline:
                 return stage
         raise LookupError(f"pipeline {self.name} has no {kind.__name__} stage")
 
-    @property
+    @functools.cached_property
     def cache_rendered_tokens(self) -> bool:
         """Whether finishing keeps each response's rendered tokens (for its loader)."""
         return self.stage(LoadConversation).rendered_tokens

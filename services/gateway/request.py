@@ -7,6 +7,8 @@ known keys of the wrong type get a 400 naming the parameter.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from gateway.errors import ApiError, invalid, invalid_type
 from gateway.items import Item, normalize_input
 
 STREAM_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
+TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_METADATA_KEYS = 16
 
 
@@ -52,7 +55,15 @@ class CreateRequest:
     stream_id: str | None = None
     generate: bool = True
 
+    @functools.cached_property
+    def header_key(self) -> str:
+        """What a rendered prefix depends on besides the items: instructions and tools."""
+        blob = json.dumps([self.instructions, self.tools], sort_keys=True).encode()
+        return hashlib.blake2b(blob, digest_size=16).hexdigest()
+
+    @functools.cached_property
     def proto_tools(self) -> list[conversation_pb2.Tool]:
+        """The tools as the backends take them (rendering and generation both need them)."""
         return [
             conversation_pb2.Tool(
                 name=tool["name"],
@@ -116,7 +127,7 @@ def _tools(raw: Any) -> list[dict[str, Any]]:
                 "unsupported_tool_type",
             )
         name = tool.get("name")
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+        if not isinstance(name, str) or not TOOL_NAME_RE.fullmatch(name):
             raise invalid(
                 f"Invalid '{param}.name': a function name is 1-64 letters, digits, '_' or '-'.",
                 f"{param}.name",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 from array import array
 from collections.abc import Awaitable, Callable
@@ -80,7 +79,7 @@ def render_request(
     request: CreateRequest, items: list[conversation_pb2.Item]
 ) -> tokenizer_pb2.RenderRequest:
     return tokenizer_pb2.RenderRequest(
-        instructions=request.instructions or "", tools=request.proto_tools(), items=items
+        instructions=request.instructions or "", tools=request.proto_tools, items=items
     )
 
 
@@ -93,15 +92,17 @@ def conversation_key(
     that holds its prefix cache. Scoped by tenant: tenants never share a cache by routing."""
     if request.prompt_cache_key:
         return f"{tenant}:pck:{request.prompt_cache_key}"
-    first = b""
-    if items:
-        # By content only: an item sent without an id gets a new one on every request.
-        start = conversation_pb2.Item()
-        start.CopyFrom(items[0])
-        start.ClearField("id")
-        first = start.SerializeToString(deterministic=True)
+    first = content_bytes(items[0]) if items else b""
     digest = hashlib.blake2b(header_key(request).encode() + first, digest_size=16).hexdigest()
     return f"{tenant}:conv:{digest}"
+
+
+def content_bytes(item: conversation_pb2.Item) -> bytes:
+    """An item by content only: one sent without an id gets a new id on every request."""
+    bare = conversation_pb2.Item()
+    bare.CopyFrom(item)
+    bare.ClearField("id")
+    return bare.SerializeToString(deterministic=True)
 
 
 def content_keys(header: str, items: list[conversation_pb2.Item]) -> list[str]:
@@ -111,18 +112,14 @@ def content_keys(header: str, items: list[conversation_pb2.Item]) -> list[str]:
     digest = hashlib.blake2b(header.encode(), digest_size=16)
     keys = []
     for item in items:
-        bare = conversation_pb2.Item()
-        bare.CopyFrom(item)
-        bare.ClearField("id")
-        data = bare.SerializeToString(deterministic=True)
+        data = content_bytes(item)
         digest.update(len(data).to_bytes(8, "little") + data)
         keys.append(f"content:{digest.hexdigest()}")
     return keys
 
 
 def header_key(request: CreateRequest) -> str:
-    blob = json.dumps([request.instructions, request.tools], sort_keys=True).encode()
-    return hashlib.blake2b(blob, digest_size=16).hexdigest()
+    return request.header_key
 
 
 async def pick_worker(

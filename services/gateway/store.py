@@ -67,10 +67,13 @@ class ResponseStore(ChainWalk):
 
     async def put(self, record: StoredResponse) -> None:
         key = (record.tenant, record.id)
-        # Copies, so later changes by the caller never leak into what GET returns.
+        # Copies, so later changes by the caller never leak into what GET returns. The
+        # engine reassigns top-level keys and fills ``output`` in place; what came from
+        # the request (tools, text, metadata) is never changed in place, as for events
+        # (response_object.snapshot).
         self._records[key] = StoredResponse(
             record.tenant,
-            copy.deepcopy(record.response),
+            {**record.response, "output": copy.deepcopy(record.response["output"])},
             list(record.input_items),
             record.affinity_key,
         )

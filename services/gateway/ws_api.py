@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 
-from gateway.errors import ApiError
-from gateway.gateway_core import Gateway
+from gateway.errors import ApiError, server_error
+from gateway.gateway_core import Gateway, dumps
 from gateway.request import CreateRequest
 from gateway.tracing import response_span
 from gateway.ws_protocol import SendEvent, StartResponse, WsSession
@@ -43,7 +42,7 @@ class Connection:
     async def send(self, event: dict) -> None:
         if not self.open:
             return
-        text = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+        text = dumps(event)
         async with self._send_lock:
             try:
                 await self.ws.send_text(text)
@@ -71,8 +70,6 @@ class Connection:
                 with response_span(ctx, "websocket", request.model):
                     run = self.gw.engine.start(await self.gw.engine.prepare(request, ctx))
             except ApiError as err:
-                if request.previous_response_id:
-                    self.session.cache.evict_after_failure(request.previous_response_id, lane)
                 await self.send(err.ws_event(lane))
                 return
             async for event in run.events():
@@ -81,11 +78,7 @@ class Connection:
                 await self.send(event)
         except Exception:
             log.exception("websocket response failed")
-            await self.send(
-                ApiError(
-                    500, "The server had an error.", type="server_error", code="server_error"
-                ).ws_event(lane)
-            )
+            await self.send(server_error("The server had an error.").ws_event(lane))
         finally:
             await self.apply(self.session.on_response_done(request))
             if self.session.idle:

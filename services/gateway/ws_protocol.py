@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import ApiError, invalid
+from gateway.errors import ApiError, invalid, too_large
 from gateway.gateway_core import parse_json
 from gateway.request import STREAM_ID_RE, CreateRequest, parse_create
 from gateway.state import ConnectionCache
@@ -77,15 +77,7 @@ class WsSession:
 
     def on_frame(self, data: str | bytes) -> list[Action]:
         if len(data) > self.max_frame_bytes:
-            return [
-                SendEvent(
-                    ApiError(
-                        413,
-                        f"Message is too large: the limit is {self.max_frame_bytes} bytes.",
-                        code="request_too_large",
-                    ).ws_event()
-                )
-            ]
+            return [SendEvent(too_large(self.max_frame_bytes, "Message").ws_event())]
         try:
             body = parse_json(data)
         except ApiError as err:
