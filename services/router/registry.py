@@ -102,11 +102,14 @@ def _parse_entry(raw: Any, where: str) -> ModelEntry:
         raise RegistryError(f"{where}: 'aliases' must be a list of non-empty strings")
     if raw["backend"] not in BACKENDS:
         raise RegistryError(f"{where}: 'backend' must be one of {', '.join(BACKENDS)}")
-    for name in ("context_window", "max_output_tokens", "tokens_per_second"):
+    for name in (
+        "context_window",
+        "max_output_tokens",
+        "tokens_per_second",
+        "prefill_tokens_per_second",
+    ):
         if raw[name] <= 0:
             raise RegistryError(f"{where}: '{name}' must be > 0")
-    if raw["prefill_tokens_per_second"] <= 0:
-        raise RegistryError(f"{where}: 'prefill_tokens_per_second' must be > 0")
     if raw["ttft_ms"] < 0 or raw["created"] < 0:
         raise RegistryError(f"{where}: 'ttft_ms' and 'created' must be >= 0")
     if raw["max_output_tokens"] > raw["context_window"]:

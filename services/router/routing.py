@@ -109,6 +109,7 @@ class WorkerRouter:
     def route(
         self, affinity_key: str = "", prompt_tokens: int = 0, exclude: Iterable[str] = ()
     ) -> Decision:
+        self._expire()  # once per decision: the window also stays bounded under affinity
         excluded = set(exclude)
         if affinity_key:
             remembered = self._affinity.get(affinity_key)
@@ -128,7 +129,6 @@ class WorkerRouter:
         return Decision(worker.id, worker.address, affinity_hit=False)
 
     def _least_loaded(self, excluded: set[str]) -> Worker:
-        self._expire()
         count = len(self._order)
         rotated = [self._order[(self._next + i) % count] for i in range(count)]
         candidates = [i for i in rotated if self._workers[i].healthy and i not in excluded]
@@ -139,7 +139,6 @@ class WorkerRouter:
         return self._workers[chosen]
 
     def _record(self, worker_id: str, prompt_tokens: int) -> None:
-        self._expire()  # keeps the window bounded under affinity-only traffic too
         weight = route_weight(prompt_tokens)
         self._recent.append((self._clock(), worker_id, weight))
         self._load[worker_id] += weight

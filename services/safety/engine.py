@@ -44,12 +44,15 @@ class Outcome:
     items_scored: int
 
 
+def _where(index: int, item: Item) -> str:
+    return f"items[{index}]" + (f" (id {item.id!r})" if item.id else "")
+
+
 def item_kind_and_text(index: int, item: Item) -> tuple[str, str]:
-    where = f"items[{index}]" + (f" (id {item.id!r})" if item.id else "")
     if item.kind == Item.MESSAGE:
         if item.role not in MESSAGE_ROLES:
             raise InvalidRequest(
-                f"{where}: unknown message role {item.role!r} "
+                f"{_where(index, item)}: unknown message role {item.role!r} "
                 "(expected user, assistant, system or developer)"
             )
         return MESSAGE, item.text
@@ -57,7 +60,7 @@ def item_kind_and_text(index: int, item: Item) -> tuple[str, str]:
         return FUNCTION_CALL, item.arguments
     if item.kind == Item.FUNCTION_CALL_OUTPUT:
         return FUNCTION_CALL_OUTPUT, item.text
-    raise InvalidRequest(f"{where}: unknown item kind {item.kind}")
+    raise InvalidRequest(f"{_where(index, item)}: unknown item kind {item.kind}")
 
 
 class ScoreCache:
@@ -109,14 +112,21 @@ class SafetyEngine:
         self.cache = ScoreCache(cache_capacity)
 
     @staticmethod
-    def validate(items: Sequence[Item]) -> None:
-        for i, item in enumerate(items):
-            item_kind_and_text(i, item)
+    def validate(items: Sequence[Item]) -> list[tuple[str, str]]:
+        """Each item's kind and the text to score; InvalidRequest for a bad item."""
+        return [item_kind_and_text(i, item) for i, item in enumerate(items)]
 
-    def analyze(self, items: Sequence[Item], fast: bool = False) -> list[ItemEvidence]:
+    def analyze(
+        self,
+        items: Sequence[Item],
+        fast: bool = False,
+        validated: list[tuple[str, str]] | None = None,
+    ) -> list[ItemEvidence]:
         """Evidence for every item. ``fast``: the fused model, and texts seen before are
-        taken from the score cache (the same numbers: scoring is deterministic)."""
-        texts = [item_kind_and_text(i, item)[1] for i, item in enumerate(items)]
+        taken from the score cache (the same numbers: scoring is deterministic).
+        ``validated``: what ``validate`` returned for these items, if the caller has it."""
+        kinds_texts = validated if validated is not None else self.validate(items)
+        texts = [text for _, text in kinds_texts]
         found: list[tuple | None] = [None] * len(texts)
         keys: list[bytes] = []
         if fast:
@@ -131,7 +141,7 @@ class SafetyEngine:
         return [
             ItemEvidence(
                 item_id=item.id,
-                kind=item_kind_and_text(i, item)[0],
+                kind=kinds_texts[i][0],
                 role=item.role,
                 score=entry[0],
                 detections=entry[1],

@@ -40,11 +40,13 @@ class SafetyServicer(safety_pb2_grpc.SafetyServicer):
             if mode is Mode.INCREMENTAL and not request.conversation_id:
                 raise InvalidRequest("INCREMENTAL mode needs a conversation_id")
             # Reject bad items before spending a worker thread on the good ones.
-            self._engine.validate(request.items)
-            analyze = functools.partial(self._engine.analyze, request.items, request.fast_path)
+            validated = self._engine.validate(request.items)
+            analyze = functools.partial(
+                self._engine.analyze, request.items, request.fast_path, validated
+            )
             # Scoring a few kilobytes takes well under a millisecond on the fast path: a
             # thread hop would cost more than it saves. Large inputs go off the event loop.
-            size = sum(len(item.text) for item in request.items)
+            size = sum(len(text) for _, text in validated)
             if request.fast_path and size <= INLINE_TEXT_CHARS:
                 evidence = analyze()
             else:

@@ -110,13 +110,6 @@ def developer_message(instructions: str, tools: Sequence[Tool]) -> Message | Non
     return Message.from_role_and_content(Role.DEVELOPER, developer)
 
 
-def header_messages(instructions: str, tools: Sequence[Tool]) -> list[Message]:
-    """The system message, then the developer message if there is one."""
-    developer = developer_message(instructions, tools)
-    system = Message.from_role_and_content(Role.SYSTEM, system_content())
-    return [system] if developer is None else [system, developer]
-
-
 def item_message(index: int, item: Item) -> Message:
     """The harmony message for one item; depends on that item only (see module docstring)."""
     if item.kind == Item.MESSAGE:

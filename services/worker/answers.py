@@ -213,13 +213,15 @@ def pseudo_text(user_text: str, seed: int, count_tokens: Callable[[str], int]) -
     if requested is not None and requested > MAX_TEXT_TOKENS:
         return long_text(text, words, target, rng, count_tokens)
     used = {text}
-    while (length := count_tokens(text)) < target:
+    length = count_tokens(text)
+    while length < target:
         sentence = rng.choice(_SENTENCES).format(w=rng.choice(words) if words else "this")
         if sentence in used and len(used) < len(_SENTENCES):
             continue
         candidate = text + " " + sentence
-        if length >= MIN_TEXT_TOKENS and count_tokens(candidate) > MAX_TEXT_TOKENS:
+        candidate_length = count_tokens(candidate)  # counted once: the next length if kept
+        if length >= MIN_TEXT_TOKENS and candidate_length > MAX_TEXT_TOKENS:
             break
         used.add(sentence)
-        text = candidate
+        text, length = candidate, candidate_length
     return text

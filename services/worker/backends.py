@@ -44,11 +44,14 @@ class UnavailableBackend:
     async def generate(
         self, request: inference_pb2.GenerateRequest
     ) -> AsyncIterator[inference_pb2.GenerateEvent]:
-        yield inference_pb2.GenerateEvent(
-            error=inference_pb2.Error(
-                code="backend_unavailable", message=self.message, retryable=False
-            )
-        )
+        yield error_event("backend_unavailable", self.message, retryable=False)
+
+
+def error_event(code: str, message: str, *, retryable: bool) -> inference_pb2.GenerateEvent:
+    """A stream's terminal error event (every backend, and the server around them)."""
+    return inference_pb2.GenerateEvent(
+        error=inference_pb2.Error(code=code, message=message, retryable=retryable)
+    )
 
 
 class Backends:

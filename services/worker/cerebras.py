@@ -51,7 +51,7 @@ from cerebras.cloud.sdk import APIConnectionError, APIStatusError, AsyncCerebras
 from turnpike.config import WorkerSettings
 from turnpike.inference.v1 import inference_pb2 as pb
 
-from worker.backends import InvalidRequestError
+from worker.backends import InvalidRequestError, error_event
 from worker.chat_mapping import ChunkMapper, MappingError, StreamProtocolError, chat_params
 
 log = logging.getLogger(__name__)
@@ -316,6 +316,4 @@ def _timings(
 
 
 def _error(failure: Failure) -> pb.GenerateEvent:
-    return pb.GenerateEvent(
-        error=pb.Error(code=failure.code, message=failure.message, retryable=failure.retryable)
-    )
+    return error_event(failure.code, failure.message, retryable=failure.retryable)

@@ -47,13 +47,17 @@ class PrefixCache:
             keys.append(key)
         return keys
 
-    def match(self, keys: Sequence[bytes]) -> int:
-        """Cached prefix length in tokens for a prompt's block keys; touches the hit."""
+    def _leading_hits(self, keys: Sequence[bytes]) -> int:
         hit = 0
         for key in keys:
             if key not in self._blocks:
                 break
             hit += 1
+        return hit
+
+    def match(self, keys: Sequence[bytes]) -> int:
+        """Cached prefix length in tokens for a prompt's block keys; touches the hit."""
+        hit = self._leading_hits(keys)
         for key in reversed(keys[:hit]):
             self._blocks.move_to_end(key)
         return hit * self.block_size
@@ -73,6 +77,6 @@ class PrefixCache:
     def lookup_and_insert(self, tokens: Sequence[int], namespace: str = "") -> int:
         """What a request does: count its cached prefix, then cache its whole prompt."""
         keys = self.block_keys(tokens, namespace)
-        hit = self.match(keys)
-        self.insert(keys)
+        hit = self._leading_hits(keys) * self.block_size
+        self.insert(keys)  # touches every block, the hit included
         return hit

@@ -8,7 +8,7 @@ import logging
 import grpc
 from turnpike.inference.v1 import inference_pb2, inference_pb2_grpc
 
-from worker.backends import Backends, InvalidRequestError
+from worker.backends import Backends, InvalidRequestError, error_event
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +36,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
             except InvalidRequestError as exc:
                 if not sent:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                yield _error("invalid_request", str(exc), retryable=False)
+                yield error_event("invalid_request", str(exc), retryable=False)
             except Exception:
                 # The stream must still end with exactly one terminal event.
                 log.exception("generation %s failed", request.request_id)
-                yield _error("model_error", "The backend failed unexpectedly.", retryable=True)
-
-
-def _error(code: str, message: str, *, retryable: bool) -> inference_pb2.GenerateEvent:
-    return inference_pb2.GenerateEvent(
-        error=inference_pb2.Error(code=code, message=message, retryable=retryable)
-    )
+                yield error_event("model_error", "The backend failed unexpectedly.", retryable=True)

@@ -30,7 +30,7 @@ from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.vocab import harmony_encoding
 
 from worker.answers import AnswerError, FunctionCallAnswer, plan_answer
-from worker.backends import InvalidRequestError
+from worker.backends import InvalidRequestError, error_event
 from worker.pacing import Chunk, paced, token_chunks
 from worker.prefix_cache import PrefixCache
 
@@ -113,12 +113,10 @@ class SimulatorBackend:
         prepared = self._clock()
 
         if self.error_rate and self._rng.random() < self.error_rate:
-            yield pb.GenerateEvent(
-                error=pb.Error(
-                    code="model_error",
-                    message="The model failed to generate a response (simulated fault).",
-                    retryable=True,
-                )
+            yield error_event(
+                "model_error",
+                "The model failed to generate a response (simulated fault).",
+                retryable=True,
             )
             return
 
