@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from bench.loop.variants import CONNECTION, DIRECT, LEGACY, SPRINT, VARIANTS
@@ -64,17 +64,12 @@ def _loop_figures(loop: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _per_turn(loops: Sequence[dict[str, Any]], key: str) -> list[float | None]:
+def _per_turn(
+    loops: Sequence[dict[str, Any]], key: str, value: Callable[[Any], float] = lambda v: v
+) -> list[float | None]:
+    """The median over loops of each turn's ``value(turn[key])``."""
     count = min(len(loop["turns"]) for loop in loops)
-    return [_r(median(loop["turns"][i][key] for loop in loops)) for i in range(count)]
-
-
-def _per_turn_model(loops: Sequence[dict[str, Any]]) -> list[float | None]:
-    count = min(len(loop["turns"]) for loop in loops)
-    return [
-        _r(median(loop["turns"][i]["model_ms"].get("total_ms", 0.0) for loop in loops))
-        for i in range(count)
-    ]
+    return [_r(median(value(loop["turns"][i][key]) for loop in loops)) for i in range(count)]
 
 
 def _median_dicts(dicts: Sequence[dict[str, float]]) -> dict[str, float | None]:
@@ -113,7 +108,7 @@ def summarize_cell(loops: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "ttft_ms": _per_turn(loops, "ttft_ms"),
             "turn_ms": _per_turn(loops, "turn_ms"),
             "overhead_ms": per_turn_overhead,
-            "model_ms": _per_turn_model(loops),
+            "model_ms": _per_turn(loops, "model_ms", lambda m: m.get("total_ms", 0.0)),
             "input_tokens": _per_turn(loops, "input_tokens"),
         },
     }
@@ -211,23 +206,22 @@ def targets(
         # 1. follow-up TTFT, sprint vs legacy, at 1,000 tok/s (tool time does not enter it)
         name, goal = f"Follow-up TTFT, sprint vs legacy, 1,000 tok/s, {tag}", ">= 45% lower"
         sprint, legacy = get(FAST, SPRINT), get(FAST, LEGACY)
-        if tool_ms != tool_times[0]:
-            pass
-        elif sprint and legacy:
-            cut = 1 - sprint["followup_ttft_ms"] / legacy["followup_ttft_ms"]
-            result.append(
-                _target(
-                    name,
-                    goal,
-                    cut,
-                    cut >= 0.45,
-                    f"{sprint['followup_ttft_ms']:.1f} ms vs {legacy['followup_ttft_ms']:.1f} ms "
-                    f"({cut:.0%} lower)"
-                    + _ceiling(get(FAST, DIRECT), legacy, sprint, "followup_ttft_ms", 0.45),
+        if tool_ms == tool_times[0]:  # reported once, not per tool time
+            if sprint and legacy:
+                cut = 1 - sprint["followup_ttft_ms"] / legacy["followup_ttft_ms"]
+                result.append(
+                    _target(
+                        name,
+                        goal,
+                        cut,
+                        cut >= 0.45,
+                        f"{sprint['followup_ttft_ms']:.1f} ms vs {legacy['followup_ttft_ms']:.1f} ms "
+                        f"({cut:.0%} lower)"
+                        + _ceiling(get(FAST, DIRECT), legacy, sprint, "followup_ttft_ms", 0.45),
+                    )
                 )
-            )
-        else:
-            result.append(_missing(name, goal, "1,000 tok/s not run"))
+            else:
+                result.append(_missing(name, goal, "1,000 tok/s not run"))
 
         # 2. end to end, connection vs legacy, at each speed
         cuts: dict[float, float] = {}
@@ -282,21 +276,20 @@ def targets(
         # 3. connection overhead flat in history, and close to the lower bound
         conn, direct = get(FAST, CONNECTION), get(FAST, DIRECT)
         name = f"Connection API overhead flat: last turn vs 2nd, 1,000 tok/s, {tag}"
-        if tool_ms != tool_times[0]:
-            pass
-        elif conn and conn["overhead_turn2_ms"]:
-            ratio = conn["overhead_last_ms"] / conn["overhead_turn2_ms"]
-            result.append(
-                _target(
-                    name,
-                    "<= 1.2x",
-                    ratio,
-                    ratio <= 1.2,
-                    f"{conn['overhead_last_ms']:.1f} ms vs {conn['overhead_turn2_ms']:.1f} ms",
+        if tool_ms == tool_times[0]:  # reported once, not per tool time
+            if conn and conn["overhead_turn2_ms"]:
+                ratio = conn["overhead_last_ms"] / conn["overhead_turn2_ms"]
+                result.append(
+                    _target(
+                        name,
+                        "<= 1.2x",
+                        ratio,
+                        ratio <= 1.2,
+                        f"{conn['overhead_last_ms']:.1f} ms vs {conn['overhead_turn2_ms']:.1f} ms",
+                    )
                 )
-            )
-        else:
-            result.append(_missing(name, "<= 1.2x", "1,000 tok/s not run"))
+            else:
+                result.append(_missing(name, "<= 1.2x", "1,000 tok/s not run"))
         name = f"Connection loop vs the worker directly, 1,000 tok/s, {tag}"
         if conn and direct:
             ratio = conn["loop_ms"] / direct["loop_ms"]

@@ -10,6 +10,7 @@ from typing import Any
 
 from bench.loop.analysis import FAST, find
 from bench.loop.variants import CONNECTION, DIRECT, LEGACY, SPRINT, STATELESS, VARIANTS
+from bench.services.common import markdown_table
 
 PLOTS = {
     "overhead": "loop_overhead_per_turn.png",
@@ -27,6 +28,18 @@ COLORS = {
     CONNECTION: "#2ca02c",
     DIRECT: "#7f7f7f",
 }
+RESULT_COLUMNS = [
+    "variant",
+    "loop s",
+    "vs legacy",
+    "follow-up TTFT ms",
+    "1st TTFT ms",
+    "overhead/turn 2nd ms",
+    "overhead/turn last ms",
+    "model s",
+    "API s",
+    "tool+client s",
+]
 STAGE_ORDER = (
     "load_conversation",
     "validate_history",
@@ -114,10 +127,8 @@ def markdown(data: dict[str, Any]) -> str:
             f"**{_speed(speed)}, tool time {tool_ms:g} ms** "
             f"(n = {find(cells, speed, tool_ms, LEGACY)['n'] if find(cells, speed, tool_ms, LEGACY) else '?'})",
             "",
-            "| variant | loop s | vs legacy | follow-up TTFT ms | 1st TTFT ms "
-            "| overhead/turn 2nd ms | overhead/turn last ms | model s | API s | tool+client s |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
+        rows = []
         for variant in VARIANTS:
             c = find(cells, speed, tool_ms, variant)
             if c is None:
@@ -127,12 +138,21 @@ def markdown(data: dict[str, Any]) -> str:
                 cut = c["reduction_vs_legacy"]
                 less = f"{cut:.0%} less" if cut >= 0 else f"{-cut:.0%} more"
                 vs = f"{c['speedup_vs_legacy']:.2f}x ({less})"
-            lines.append(
-                f"| {variant} | {_f(c['loop_ms'], 2, 1e-3)} | {vs} | {_f(c['followup_ttft_ms'])} "
-                f"| {_f(c['first_ttft_ms'])} | {_f(c['overhead_turn2_ms'])} "
-                f"| {_f(c['overhead_last_ms'])} | {_f(c['model_ms'], 2, 1e-3)} "
-                f"| {_f(c['overhead_ms'], 2, 1e-3)} | {_f(c['tool_client_ms'], 2, 1e-3)} |"
+            rows.append(
+                [
+                    variant,
+                    _f(c["loop_ms"], 2, 1e-3),
+                    vs,
+                    _f(c["followup_ttft_ms"]),
+                    _f(c["first_ttft_ms"]),
+                    _f(c["overhead_turn2_ms"]),
+                    _f(c["overhead_last_ms"]),
+                    _f(c["model_ms"], 2, 1e-3),
+                    _f(c["overhead_ms"], 2, 1e-3),
+                    _f(c["tool_client_ms"], 2, 1e-3),
+                ]
             )
+        lines += markdown_table(RESULT_COLUMNS, rows, text_columns=1)
         lines.append("")
     lines += _stage_section(data)
     lines += _load_section(data)
@@ -159,9 +179,8 @@ def _stage_section(data: dict[str, Any]) -> list[str]:
         "and SSE framing, the SDK's own work in this process, the worker hop (through the "
         "image proxy on legacy), storing and billing before the terminal event.",
         "",
-        "| variant | turn | " + " | ".join(stages) + " | other | overhead |",
-        "| --- | --- | " + " | ".join("---:" for _ in stages) + " | ---: | ---: |",
     ]
+    rows = []
     for c in cells:
         for label, key, overhead in (
             ("2nd", "stages_ms_turn2", c["overhead_turn2_ms"]),
@@ -169,11 +188,8 @@ def _stage_section(data: dict[str, Any]) -> list[str]:
         ):
             values = [c[key].get(s) or 0.0 for s in stages]
             other = (overhead or 0.0) - sum(values)
-            out.append(
-                f"| {c['variant']} | {label} | "
-                + " | ".join(_f(v) for v in values)
-                + f" | {_f(other)} | {_f(overhead)} |"
-            )
+            rows.append([c["variant"], label, *map(_f, values), _f(other), _f(overhead)])
+    out += markdown_table(["variant", "turn", *stages, "other", "overhead"], rows, text_columns=2)
     cpu_cells = [c for c in [*cells, find(data["cells"], speed, tool_ms, DIRECT)] if c]
     services = sorted({s for c in cpu_cells for s in c["service_cpu_ms_per_turn"]})
     if cpu_cells:
@@ -184,26 +200,21 @@ def _stage_section(data: dict[str, Any]) -> list[str]:
             "the wall time until the SDK's create call returned: on the WebSocket its "
             "encoding and the frame's send, over HTTP until the response headers):",
             "",
-            "| variant | SDK send | client | " + " | ".join(services) + " |",
-            "| --- | ---: | ---: | " + " | ".join("---:" for _ in services) + " |",
+            *markdown_table(
+                ["variant", "SDK send", "client", *services],
+                [
+                    [
+                        c["variant"],
+                        _f(c.get("send_ms_per_turn")),
+                        _f(c["client_cpu_ms_per_turn"]),
+                        *(_f(c["service_cpu_ms_per_turn"].get(s)) for s in services),
+                    ]
+                    for c in cpu_cells
+                ],
+                text_columns=1,
+            ),
         ]
-        for c in cpu_cells:
-            out.append(
-                f"| {c['variant']} | {_f(c.get('send_ms_per_turn'))} "
-                f"| {_f(c['client_cpu_ms_per_turn'])} | "
-                + " | ".join(_f(c["service_cpu_ms_per_turn"].get(s)) for s in services)
-                + " |"
-            )
     return [*out, ""]
-
-
-def _numbers_table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    """A Markdown table of numbers (every column right-aligned)."""
-    return [
-        "| " + " | ".join(headers) + " |",
-        "|" + " ---: |" * len(headers),
-        *("| " + " | ".join(row) + " |" for row in rows),
-    ]
 
 
 def _load_section(data: dict[str, Any]) -> list[str]:
@@ -217,7 +228,7 @@ def _load_section(data: dict[str, Any]) -> list[str]:
         f"**One WebSocket connection, {stream['model']}** (long answers asked for by length, "
         "back to back with `previous_response_id`):",
         "",
-        *_numbers_table(
+        *markdown_table(
             ["turn", "output tokens", "delta events", "client tok/s", "worker tok/s", "turn ms"],
             [
                 [
@@ -239,7 +250,7 @@ def _load_section(data: dict[str, Any]) -> list[str]:
         f"{load['params']['loop_turns']} turns, {many['model']}), against the same rollout "
         "alone:",
         "",
-        *_numbers_table(
+        *markdown_table(
             [
                 "tool ms",
                 "overhead/turn alone ms",
@@ -335,7 +346,7 @@ def _sweep_section(sweep: dict[str, Any] | None) -> list[str]:
         f"{sweep['alone_overhead_ms']:.1f} ms of overhead per turn). Largest number of loops "
         f"at once within 2x of that: **{best if best is not None else 'none'}**.",
         "",
-        *_numbers_table(headers, rows),
+        *markdown_table(headers, rows),
         "",
     ]
 

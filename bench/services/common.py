@@ -148,6 +148,17 @@ def start_services(names: Iterable[str], state_dir: Path) -> tuple[LocalStack, d
 # -- results ---------------------------------------------------------------------------
 
 
+def markdown_table(headers: list[str], rows: list[list[Any]], text_columns: int = 0) -> list[str]:
+    """A Markdown table: the first ``text_columns`` aligned left, the numbers after them
+    right."""
+    align = (" --- " if i < text_columns else " ---: " for i in range(len(headers)))
+    return [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join(align) + "|",
+        *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows),
+    ]
+
+
 @dataclass
 class Table:
     title: str
@@ -158,15 +169,7 @@ class Table:
 
     def markdown(self) -> str:
         lines = [f"**{self.title}**", ""]
-        lines.append("| " + " | ".join(self.columns) + " |")
-        lines.append(
-            "|"
-            + "|".join(
-                " --- " if i < self.text_columns else " ---: " for i in range(len(self.columns))
-            )
-            + "|"
-        )
-        lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in self.rows]
+        lines += markdown_table(self.columns, self.rows, self.text_columns)
         if self.note:
             lines += ["", self.note]
         return "\n".join(lines)
@@ -311,6 +314,19 @@ def line_plot(
 def pick(measurements: list[dict], operation: str, transport: str) -> list[dict]:
     """The measurements of one operation over one transport, in the order they were taken."""
     return [m for m in measurements if m["operation"] == operation and m["transport"] == transport]
+
+
+def history_fit(points: list[dict]) -> tuple[float, float]:
+    """Median latency against history, fitted: (ms per 1k history tokens, fixed ms)."""
+    slope, intercept = linear_fit(
+        [m["history_tokens"] for m in points], [m["latency_ms"]["median"] for m in points]
+    )
+    return round(slope * 1000, 3), round(intercept, 3)
+
+
+def cells_at(measurements: list[dict], turns: int) -> dict[tuple[str, str], dict]:
+    """Every measurement at one history size, by (operation, transport)."""
+    return {(m["operation"], m["transport"]): m for m in measurements if m["turns"] == turns}
 
 
 def latency_series(measurements: list[dict], specs: Sequence[tuple[str, str, str]]) -> list[Series]:

@@ -16,9 +16,10 @@ from bench.services.common import (
     Context,
     Report,
     Table,
+    cells_at,
+    history_fit,
     latency_series,
     line_plot,
-    linear_fit,
     log,
     ms,
     pick,
@@ -119,18 +120,15 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
         full_fast = pick(measurements, "full fast", transport)
         derived[f"full_fast_{key}_median_ms_at_largest"] = full_fast[-1]["latency_ms"]["median"]
         full = pick(measurements, "full", transport)
-        incr = pick(measurements, "incremental", transport)
-        key = transport.replace("-", "_")
-        slope, intercept = linear_fit(
-            [m["history_tokens"] for m in full], [m["latency_ms"]["median"] for m in full]
-        )
-        derived[f"full_{key}_ms_per_1k_history_tokens"] = round(slope * 1000, 3)
-        derived[f"full_{key}_fixed_ms"] = round(intercept, 3)
+        (
+            derived[f"full_{key}_ms_per_1k_history_tokens"],
+            derived[f"full_{key}_fixed_ms"],
+        ) = history_fit(full)
         derived[f"full_{key}_median_ms_at_largest"] = full[-1]["latency_ms"]["median"]
-        derived[f"incremental_{key}_median_ms_smallest_history"] = incr[0]["latency_ms"]["median"]
-        derived[f"incremental_{key}_median_ms_largest_history"] = incr[-1]["latency_ms"]["median"]
+        derived[f"incremental_{key}_median_ms_smallest_history"] = slow[0]["latency_ms"]["median"]
+        derived[f"incremental_{key}_median_ms_largest_history"] = slow[-1]["latency_ms"]["median"]
         derived[f"full_over_incremental_{key}_at_largest"] = round(
-            full[-1]["latency_ms"]["median"] / incr[-1]["latency_ms"]["median"], 1
+            full[-1]["latency_ms"]["median"] / slow[-1]["latency_ms"]["median"], 1
         )
     full_ip, full_g = pick(measurements, "full", "in-process"), pick(measurements, "full", "grpc")
     inc_ip = pick(measurements, "incremental", "in-process")
@@ -158,11 +156,7 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
     ]
     rows = []
     for full_ip in pick(measurements, "full", "in-process"):
-        cells = {
-            (m["operation"], m["transport"]): m
-            for m in measurements
-            if m["turns"] == full_ip["turns"]
-        }
+        cells = cells_at(measurements, full_ip["turns"])
         rows.append(
             [
                 full_ip["turns"],

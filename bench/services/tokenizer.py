@@ -12,9 +12,10 @@ from bench.services.common import (
     Context,
     Report,
     Table,
+    cells_at,
+    history_fit,
     latency_series,
     line_plot,
-    linear_fit,
     log,
     ms,
     pick,
@@ -82,12 +83,8 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
     for transport in ("in-process", "grpc"):
         full = pick(measurements, "full", transport)
         append = pick(measurements, "append", transport)
-        slope, intercept = linear_fit(
-            [m["history_tokens"] for m in full], [m["latency_ms"]["median"] for m in full]
-        )
         key = transport.replace("-", "_")
-        derived[f"full_{key}_ms_per_1k_tokens"] = round(slope * 1000, 3)
-        derived[f"full_{key}_fixed_ms"] = round(intercept, 3)
+        derived[f"full_{key}_ms_per_1k_tokens"], derived[f"full_{key}_fixed_ms"] = history_fit(full)
         derived[f"full_{key}_tokens_per_s_at_largest"] = full[-1]["tokens_per_s"]
         derived[f"append_{key}_median_ms_smallest_history"] = append[0]["latency_ms"]["median"]
         derived[f"append_{key}_median_ms_largest_history"] = append[-1]["latency_ms"]["median"]
@@ -123,7 +120,7 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
     rows = []
     by_turns = {m["turns"]: m for m in pick(measurements, "full", "in-process")}  # order of sizes
     for turns, full_ip in by_turns.items():
-        cells = {(m["operation"], m["transport"]): m for m in measurements if m["turns"] == turns}
+        cells = cells_at(measurements, turns)
         rows.append(
             [
                 turns,
