@@ -60,6 +60,21 @@ def test_token_cache_is_bounded_by_tokens_and_scoped_by_tenant():
     assert cache.get("t1", "r2") is None and cache.held_tokens == 10
 
 
+def test_token_cache_holds_a_render_kept_under_two_keys_once():
+    """Sprint keeps a parentless render under its response id and its content key."""
+    cache = TokenCache(max_tokens=10)
+    rendered = RenderedPrefix("h", array("I", range(6)), 2)
+    cache.put("t1", "resp_1", rendered)
+    cache.put("t1", "content:abc", rendered)
+    assert cache.held_tokens == 6
+    cache.put("t1", "r2", RenderedPrefix("h", array("I", range(4)), 1))
+    assert cache.held_tokens == 10
+    cache.put("t1", "r3", RenderedPrefix("h", array("I", range(4)), 1))
+    # Evicting one key of the shared render frees nothing; evicting both frees it.
+    assert cache.get("t1", "resp_1") is None and cache.get("t1", "content:abc") is None
+    assert cache.held_tokens == 8
+
+
 def test_model_cache_expires():
     cache = ModelConfigCache(ttl_s=0.0)
     cache.put("m", object())

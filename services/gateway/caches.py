@@ -39,6 +39,8 @@ class TokenCache:
         self._max = max_tokens
         self._held = 0
         self._entries: OrderedDict[tuple[str, str], RenderedPrefix] = OrderedDict()
+        # A render kept under two keys (its response id and its content) is held once.
+        self._keys_of: dict[int, int] = {}  # id(tokens) -> how many entries share them
 
     def get(self, tenant: str, response_id: str) -> RenderedPrefix | None:
         key = (tenant, response_id)
@@ -58,12 +60,22 @@ class TokenCache:
         key = (tenant, response_id)
         old = self._entries.pop(key, None)
         if old is not None:
-            self._held -= len(old.tokens)
+            self._release(old)
         self._entries[key] = rendered
-        self._held += len(rendered.tokens)
+        shared = self._keys_of.get(id(rendered.tokens), 0)
+        self._keys_of[id(rendered.tokens)] = shared + 1
+        if not shared:
+            self._held += len(rendered.tokens)
         while self._held > self._max and self._entries:
             _, evicted = self._entries.popitem(last=False)
-            self._held -= len(evicted.tokens)
+            self._release(evicted)
+
+    def _release(self, rendered: RenderedPrefix) -> None:
+        shared = self._keys_of.pop(id(rendered.tokens)) - 1
+        if shared:
+            self._keys_of[id(rendered.tokens)] = shared
+        else:
+            self._held -= len(rendered.tokens)
 
     @property
     def held_tokens(self) -> int:
