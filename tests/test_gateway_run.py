@@ -66,7 +66,7 @@ def test_token_cache_holds_a_render_kept_under_two_keys_once():
     rendered = RenderedPrefix("h", array("I", range(6)), 2)
     cache.put("t1", "resp_1", rendered)
     cache.put("t1", "content:abc", rendered)
-    assert cache.held_tokens == 6
+    assert cache.held_tokens == 6 and cache.get("t1", "resp_1") is rendered
     cache.put("t1", "r2", RenderedPrefix("h", array("I", range(4)), 1))
     assert cache.held_tokens == 10
     cache.put("t1", "r3", RenderedPrefix("h", array("I", range(4)), 1))
