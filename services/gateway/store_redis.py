@@ -13,7 +13,7 @@ import logging
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
-from gateway.errors import unavailable
+from gateway.errors import ApiError, unavailable
 from gateway.store import ChainWalk, StoredResponse
 
 log = logging.getLogger(__name__)
@@ -40,15 +40,13 @@ class RedisResponseStore(ChainWalk):
         try:
             await self._redis.set(self._key(record.tenant, record.id), value, ex=self._ttl)
         except RedisError as err:
-            log.warning("redis put failed: %s", err)
-            raise unavailable("The response store is unavailable; please retry.") from None
+            raise _unavailable("put", err) from None
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         try:
             raw = await self._redis.get(self._key(tenant, response_id))
         except RedisError as err:
-            log.warning("redis get failed: %s", err)
-            raise unavailable("The response store is unavailable; please retry.") from None
+            raise _unavailable("get", err) from None
         if raw is None:
             return None
         data = json.loads(raw)
@@ -58,8 +56,7 @@ class RedisResponseStore(ChainWalk):
         try:
             return bool(await self._redis.delete(self._key(tenant, response_id)))
         except RedisError as err:
-            log.warning("redis delete failed: %s", err)
-            raise unavailable("The response store is unavailable; please retry.") from None
+            raise _unavailable("delete", err) from None
 
     async def ping(self) -> bool:
         try:
@@ -69,3 +66,8 @@ class RedisResponseStore(ChainWalk):
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+def _unavailable(operation: str, err: RedisError) -> ApiError:
+    log.warning("redis %s failed: %s", operation, err)
+    return unavailable("The response store is unavailable; please retry.")
