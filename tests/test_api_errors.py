@@ -216,12 +216,11 @@ def test_websocket_oversized_frame_is_an_error_event(stack):
 
 def test_websocket_second_create_on_a_busy_lane(stack):
     with ws(stack) as sock:
-        send(sock, input="first", stream_id="lane1", model="turnpike-sim-65")
+        # Seconds of generation at 65 tokens/s: the lane is busy when the second arrives.
+        send(sock, input="Tell me a story in 300 words", stream_id="lane1", model="turnpike-sim-65")
         send(sock, input="second", stream_id="lane1")
         events = until_terminal(sock)
         errors = [e for e in events if e["type"] == "error"]
-        if not errors:  # the first finished before the second arrived: not this case
-            pytest.skip("first response finished too fast to observe a busy lane")
         assert errors[0]["status"] == 409 and errors[0]["error"]["code"] == "stream_busy"
         assert errors[0]["stream_id"] == "lane1"
         done = until_terminal(sock)

@@ -1,16 +1,37 @@
-"""The WebSocket protocol state machine, without a socket."""
+"""The WebSocket protocol state machine, without a socket or a clock."""
 
 import json
+import subprocess
+import sys
 
-from gateway.ws_protocol import SendEvent, StartResponse, WsSession
+from gateway.ws_protocol import CloseConnection, SendEvent, StartResponse, WsSession
+
+T0 = 1000.0  # the session's clock is whatever the caller passes as ``now``
+LIFETIME = 60.0
+
+
+class Session(WsSession):
+    """A session whose calls default to a moment well inside its lifetime."""
+
+    def on_frame(self, data, now=T0):
+        return super().on_frame(data, now)
+
+    def on_response_done(self, request, now=T0):
+        return super().on_response_done(request, now)
 
 
 def session(**kw):
     defaults = dict(
-        default_model="m", max_frame_bytes=10_000, max_active=2, max_lanes=2, cache_size=8
+        default_model="m",
+        max_frame_bytes=10_000,
+        max_active=2,
+        max_lanes=2,
+        cache_size=8,
+        lifetime_s=LIFETIME,
+        now=T0,
     )
     defaults.update(kw)
-    return WsSession(**defaults)
+    return Session(**defaults)
 
 
 def create(**fields):
@@ -90,7 +111,58 @@ def test_unknown_event_type():
     )
 
 
-def test_expired_connection_refuses_new_creates():
+def test_frame_limit_counts_utf8_bytes_not_characters():
+    # 41 characters of a four-byte letter: 164 bytes on the wire (plus the JSON around).
+    frame = json.dumps({"type": "response.create", "input": "\U0001f600" * 41}, ensure_ascii=False)
+    assert len(frame) < 200 <= len(frame.encode())
+    event = only_error(session(max_frame_bytes=200).on_frame(frame))
+    assert event["status"] == 413
+    assert isinstance(
+        session(max_frame_bytes=len(frame.encode())).on_frame(frame)[0], StartResponse
+    )
+    assert only_error(session(max_frame_bytes=200).on_frame(frame.encode()))["status"] == 413
+
+
+def test_lifetime_refuses_creates_once_over():
     s = session()
-    s.expired = True
-    assert only_error(s.on_frame(create()))["error"]["code"] == "websocket_connection_limit_reached"
+    assert isinstance(s.on_frame(create(), now=T0 + LIFETIME - 1)[0], StartResponse)
+    event = only_error(s.on_frame(create(stream_id="b"), now=T0 + LIFETIME))
+    assert event["error"]["code"] == "websocket_connection_limit_reached"
+
+
+def test_an_idle_connection_closes_at_its_deadline():
+    s = session()
+    assert s.deadline(T0) == T0 + LIFETIME
+    assert s.on_timer(T0 + LIFETIME - 0.001) == []  # early wake-up: nothing to do
+    [close] = s.on_timer(T0 + LIFETIME)
+    assert close == CloseConnection(1001, "connection lifetime of 60s reached")
+    assert s.closed and s.deadline(T0 + LIFETIME) is None and s.on_timer(T0 + 2 * LIFETIME) == []
+
+
+def test_a_busy_connection_closes_when_its_last_response_ends():
+    s = session()
+    [start] = s.on_frame(create())
+    # Past the lifetime no timer is due while a response runs; its end closes the socket.
+    assert s.on_timer(T0 + LIFETIME) == []
+    assert s.deadline(T0 + LIFETIME) is None
+    [close] = s.on_response_done(start.request, now=T0 + LIFETIME + 5)
+    assert isinstance(close, CloseConnection) and close.code == 1001
+
+
+def test_a_response_that_ends_in_time_leaves_the_deadline_standing():
+    s = session()
+    [start] = s.on_frame(create())
+    assert s.deadline(T0) == T0 + LIFETIME
+    assert s.on_response_done(start.request) == []
+    assert not s.closed and s.deadline(T0 + 1) == T0 + LIFETIME
+
+
+def test_the_protocol_core_imports_without_io_libraries():
+    """The sans-I/O core needs none of the gateway's transports or backends."""
+    blocked = ("grpc", "redis", "opentelemetry", "PIL", "fastapi", "starlette", "uvicorn")
+    code = (
+        "import sys\n"
+        f"for name in {blocked!r}: sys.modules[name] = None\n"
+        "import gateway.ws_protocol\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

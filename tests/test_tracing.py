@@ -19,8 +19,7 @@ from devstack import LocalStack, StackConfig, StackError
 from gateway import billing_outbox, tracing
 from gateway.billing_outbox import BillingOutbox
 from gateway.errors import ApiError, invalid
-from gateway.pipelines import SPRINT
-from gateway.request_state import RequestContext
+from gateway.request_context import RequestContext
 from openai import OpenAI
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -420,7 +419,7 @@ async def test_each_billing_delivery_attempt_is_a_new_trace_linked_to_the_respon
     outbox = BillingOutbox(stub)
     outbox.start()
     with local_tracer.start_as_current_span("response.create") as response:
-        outbox.submit(billing_pb2.UsageEvent(event_id="resp_1", tenant="dev"))
+        await outbox.submit(billing_pb2.UsageEvent(event_id="resp_1", tenant="dev"))
     await outbox.close(timeout=5)
     assert [e.event_id for e in stub.recorded] == ["resp_1"]
     deliveries = [s for s in exporter.get_finished_spans() if s.name == "billing.deliver_usage"]
@@ -438,7 +437,7 @@ async def test_untraced_events_are_delivered_without_links(local_tracer, exporte
     monkeypatch.setattr(billing_outbox, "tracer", local_tracer)
     outbox = BillingOutbox(FlakyBilling(failures=0))
     outbox.start()
-    outbox.submit(billing_pb2.UsageEvent(event_id="resp_2"))  # no span is current
+    await outbox.submit(billing_pb2.UsageEvent(event_id="resp_2"))  # no span is current
     await outbox.close(timeout=5)
     [span] = exporter.get_finished_spans()
     assert span.links == ()
@@ -457,7 +456,7 @@ def test_a_response_that_fails_to_prepare_ends_its_span(
 ) -> None:
     """Only server-side failures mark the span as an error; a client's 4xx does not."""
     monkeypatch.setattr(tracing, "tracer", local_tracer)
-    ctx = RequestContext(tenant="dev", pipeline=SPRINT)
+    ctx = RequestContext(tenant="dev", pipeline="sprint")
     with pytest.raises(type(error)):
         with tracing.response_span(ctx, "http", "turnpike-sim"):
             raise error
@@ -471,7 +470,7 @@ def test_a_prepared_response_span_stays_open_until_the_response_finishes(
     local_tracer, exporter, monkeypatch
 ) -> None:
     monkeypatch.setattr(tracing, "tracer", local_tracer)
-    ctx = RequestContext(tenant="dev", pipeline=SPRINT)
+    ctx = RequestContext(tenant="dev", pipeline="sprint")
     with local_tracer.start_as_current_span("POST /v1/responses") as http_span:
         with tracing.response_span(ctx, "http", "turnpike-sim") as span:
             assert span is ctx.span

@@ -1,8 +1,8 @@
 """The build-time step of the image's ``deps`` stage (deploy/docker/Dockerfile).
 
 1. Code: copy what the service runs from the build's ``services/`` tree into the app
-   folder: the shared library, the service, and the other service packages it imports
-   (``USES``); then byte-compile it (the running service cannot write there).
+   folder: the shared library and the service (services never import each other);
+   then byte-compile it (the running service cannot write there).
 2. Check: import the service's entry module once, so a package missing from its
    requirement list fails the build, not the service.
 3. Data: unpack what the service's packages ship compressed, so the running service
@@ -23,15 +23,10 @@ SOURCE_DIR = Path("/opt/turnpike/src")
 APP_DIR = Path("/opt/turnpike/app")  # PYTHONPATH of the runtime image
 VOCAB_DIR = Path("/opt/turnpike/vocab")  # TURNPIKE_VOCAB_DIR of the runtime image
 SHARED = "turnpike"
-# Service packages a service imports from another's folder (and whose third-party
-# packages are therefore in its requirement list too).
-USES = {
-    "gateway": ("imageres",),  # images are resolved in-process: imageres.resolve
-}
 
 
 def packages_of(service: str) -> list[str]:
-    return [SHARED, service, *USES.get(service, ())]
+    return [SHARED, service]
 
 
 def copy_code(service: str) -> None:

@@ -1,4 +1,5 @@
-"""The FastAPI application: wiring, lifespan and error handlers."""
+"""The FastAPI application: routes, lifespan and the HTTP edge's error handlers (every
+failure leaves as the API's error shape)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import logging
 import secrets
 from contextlib import asynccontextmanager
 
-import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -15,9 +15,10 @@ from turnpike import telemetry
 from turnpike.config import GatewaySettings
 
 from gateway import http_api, ws_api
-from gateway.errors import ApiError, server_error, unavailable
-from gateway.gateway_core import Gateway
+from gateway.errors import ApiError, invalid, server_error, store_unavailable
+from gateway.store import StoreUnavailable
 from gateway.tracing import FASTAPI_TELEMETRY
+from gateway.wiring import Gateway
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +65,11 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
-        return error_response(ApiError(400, str(err), code="invalid_request"))
+        return error_response(invalid(str(err), None, "invalid_request"))
 
-    @app.exception_handler(grpc.aio.AioRpcError)
-    async def on_backend_error(request: Request, err: grpc.aio.AioRpcError) -> JSONResponse:
-        log.warning("backend call failed: %s %s", err.code(), err.details())
-        return error_response(unavailable("A backend service is unavailable; please retry."))
+    @app.exception_handler(StoreUnavailable)
+    async def on_store_unavailable(request: Request, err: StoreUnavailable) -> JSONResponse:
+        return error_response(store_unavailable())
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, err: Exception) -> JSONResponse:

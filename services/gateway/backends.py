@@ -1,6 +1,11 @@
-"""gRPC clients for the backend services, one channel each, opened at startup."""
+"""gRPC clients for the backend services, one channel each, opened at startup, and the
+one way the gateway calls them: ``Backends.call``."""
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import grpc
 from turnpike.billing.v1 import billing_pb2_grpc
@@ -12,10 +17,19 @@ from turnpike.router.v1 import router_pb2_grpc
 from turnpike.safety.v1 import safety_pb2_grpc
 from turnpike.tokenizer.v1 import tokenizer_pb2_grpc
 
+from gateway.errors import ApiError, unavailable
+
+log = logging.getLogger(__name__)
+
+Reply = TypeVar("Reply")
+# A backend status the client caused, and the API error that tells it so.
+ClientErrors = Mapping[grpc.StatusCode, Callable[[grpc.aio.AioRpcError], ApiError]]
+
 
 class Backends:
-    def __init__(self, endpoints: Endpoints) -> None:
+    def __init__(self, endpoints: Endpoints, timeout_s: float) -> None:
         self.endpoints = endpoints
+        self.timeout_s = timeout_s
         self._channels: dict[str, grpc.aio.Channel] = {}
         self.safety = safety_pb2_grpc.SafetyStub(self._channel(endpoints.safety))
         self.tokenizer = tokenizer_pb2_grpc.TokenizerStub(self._channel(endpoints.tokenizer))
@@ -31,6 +45,24 @@ class Backends:
     def worker(self, address: str) -> inference_pb2_grpc.InferenceStub:
         """Workers come and go; one channel per address, kept for reuse."""
         return inference_pb2_grpc.InferenceStub(self._channel(address))
+
+    async def call(
+        self,
+        service: str,
+        method: Callable[..., Awaitable[Reply]],
+        request: Any,
+        client_errors: ClientErrors | None = None,
+    ) -> Reply:
+        """One unary call within the backend timeout. A status listed in
+        ``client_errors`` is the client's to fix; any other failure is a 503 the
+        client may retry (and a warning here)."""
+        try:
+            return await method(request, timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as err:
+            if client_errors and (to_api_error := client_errors.get(err.code())):
+                raise to_api_error(err) from None
+            log.warning("%s call failed: %s %s", service, err.code(), err.details())
+            raise unavailable(f"The {service} service is unavailable; please retry.") from None
 
     async def health(self) -> dict[str, bool]:
         """Health of the services the gateway needs before it is ready."""

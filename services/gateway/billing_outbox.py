@@ -4,7 +4,9 @@ Events wait in a queue and are retried with backoff until billing
 acknowledges them; the ledger is idempotent on the response id, so a
 redelivery is never billed twice. A billing outage delays records, it does
 not lose them (while the gateway process lives; a shared tier makes the
-queue durable across gateway restarts).
+queue durable across gateway restarts). The queue is bounded: once
+``max_events`` wait, finishing a response waits for room (backpressure)
+rather than dropping a record or growing without limit.
 
 Tracing: a queued event carries the span context of the response it bills.
 Each delivery attempt is a span of its own, in a trace of its own, LINKED to
@@ -39,24 +41,30 @@ class BillingOutbox:
     def __init__(
         self,
         stub: billing_pb2_grpc.BillingStub,
+        max_events: int = 100_000,
         timeout_s: float = 5.0,
         max_backoff_s: float = 5.0,
     ) -> None:
         self._stub = stub
         self._timeout = timeout_s
         self._max_backoff = max_backoff_s
-        self._queue: asyncio.Queue[QueuedUsage] = asyncio.Queue()
+        self._queue: asyncio.Queue[QueuedUsage] = asyncio.Queue(max_events)
         self._task: asyncio.Task[None] | None = None
         self.delivered = 0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="billing outbox")
 
-    def submit(self, event: billing_pb2.UsageEvent, origin: SpanContext | None = None) -> None:
-        """Queue ``event``; ``origin`` (default: the current span) is linked on delivery."""
+    async def submit(
+        self, event: billing_pb2.UsageEvent, origin: SpanContext | None = None
+    ) -> None:
+        """Queue ``event`` (waiting while the queue is full); ``origin`` (default: the
+        current span) is linked on delivery."""
         if origin is None:
             origin = trace.get_current_span().get_span_context()
-        self._queue.put_nowait(QueuedUsage(event, origin))
+        if self._queue.full():
+            log.warning("billing outbox full (%d events waiting); waiting for room", self.pending)
+        await self._queue.put(QueuedUsage(event, origin))
 
     @property
     def pending(self) -> int:
@@ -72,7 +80,7 @@ class BillingOutbox:
             self.delivered += 1
         except grpc.aio.AioRpcError as err:
             log.warning("billing unavailable (%s); queued %s", err.code(), event.event_id)
-            self.submit(event, origin)
+            await self.submit(event, origin)
 
     async def _run(self) -> None:
         while True:

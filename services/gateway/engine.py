@@ -1,44 +1,44 @@
-"""The transport-independent core: one create request in, a stream of
-Responses events out. HTTP JSON, SSE and WebSocket are thin adapters over it.
+"""The transport-independent core: one create request in, a stream of Responses events
+out. HTTP JSON, SSE and WebSocket are thin adapters over it.
 
-``prepare`` runs the pipeline's stages (``gateway.pipelines``) and raises ``ApiError``
-for anything the client must fix, so transports can still answer with a plain
-error. ``start`` then drives generation in a task of its own: the response is
-stored, cached and billed even when the client goes away mid-stream.
+``prepare`` runs a pipeline's stages (``gateway.pipelines``) and raises ``ApiError`` for
+anything the client must fix, so transports can still answer with a plain error.
+``start`` then drives generation in a task of its own: the response is stored, cached
+and billed even when the client goes away mid-stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 
 import grpc
 from opentelemetry import trace
 from turnpike.billing.v1 import billing_pb2
-from turnpike.conversation.v1 import conversation_pb2
 from turnpike.ids import new_id
 from turnpike.imageres.v1 import imageres_pb2
 from turnpike.inference.v1 import inference_pb2
+from turnpike.router.v1 import router_pb2
 
-from gateway.backends import Backends
 from gateway.billing_outbox import BillingOutbox
-from gateway.caches import ModelConfigCache, TokenCache
+from gateway.conversation_state import ConversationState
 from gateway.errors import ApiError
+from gateway.event_queue import ResponseEventQueue
 from gateway.events import Event, ResponseEvents
-from gateway.items import Item, check_call_outputs, to_proto
+from gateway.items import Item, to_proto
+from gateway.pipelines import Pipeline
+from gateway.prepared import Prepared
 from gateway.request import CreateRequest
-from gateway.request_state import Prepared, RequestContext
-from gateway.response_object import usage
-from gateway.run import ResponseRun
-from gateway.stages import (
-    LoadConversation,
-    Resources,
-    image_tokens,
-    pick_worker,
-    render_request,
-)
-from gateway.state import ConversationState
-from gateway.store import ResponseStore, StoredResponse, history_of
+from gateway.request_context import RequestContext
+from gateway.response_object import new_response, usage
+from gateway.stages import Resources
+from gateway.stages.load_conversation import load_parent
+from gateway.stages.render import render_all
+from gateway.stages.resolve_images import image_tokens
+from gateway.stages.route import pick_worker
+from gateway.stages.validate_history import join_conversation
+from gateway.store import StoredResponse, history_of, load_chain
 from gateway.tracing import end_response_span
 
 log = logging.getLogger(__name__)
@@ -49,94 +49,101 @@ MAX_WORKER_ATTEMPTS = 3
 TIMINGS_KEY = "turnpike"
 
 
+@dataclass
+class Generation:
+    """What generating a response found out: the worker that served it (after any
+    reroute) and the model's own timings."""
+
+    route: router_pb2.RouteDecision | None
+    model_ms: dict[str, float] = field(default_factory=dict)
+    worker_id: str = ""
+
+
 class ResponseEngine:
-    def __init__(
-        self,
-        backends: Backends,
-        store: ResponseStore,
-        outbox: BillingOutbox,
-        timeout_s: float,
-        model_cache_ttl_s: float = 30.0,
-        token_cache_tokens: int = 20_000_000,
-    ) -> None:
-        self.backends = backends
-        self.store = store
+    def __init__(self, res: Resources, outbox: BillingOutbox) -> None:
+        self.res = res
         self.outbox = outbox
         self._tasks: set[asyncio.Task[None]] = set()
-        self.res = Resources(
-            backends,
-            store,
-            timeout_s,
-            ModelConfigCache(model_cache_ttl_s),
-            TokenCache(token_cache_tokens),
-        )
 
-    async def prepare(self, request: CreateRequest, ctx: RequestContext) -> Prepared:
+    async def prepare(
+        self, request: CreateRequest, ctx: RequestContext, pipeline: Pipeline
+    ) -> Prepared:
         prepared = Prepared(request, ctx, new_id("resp"))
         ctx.span.set_attribute("turnpike.response.id", prepared.response_id)
         try:
-            for step in ctx.pipeline.stages:
-                await step.perform(prepared, self.res)
+            await pipeline.prepare(prepared, self.res)
         except ApiError:
             # The client gets an error, not a response: the cached parent cannot be
             # trusted to match what the client will send next.
             if ctx.connection_cache is not None and request.previous_response_id:
                 ctx.connection_cache.evict_after_failure(request.previous_response_id, ctx.lane)
             raise
+        assert prepared.model is not None
+        prepared.response = new_response(
+            prepared.response_id, request, prepared.model.id, prepared.safety_flags or ()
+        )
+        prepared.policy = pipeline.policy
         return prepared
 
     # Generation ------------------------------------------------------------
-    def start(self, prepared: Prepared) -> ResponseRun:
-        run = ResponseRun(prepared.response["id"])
+    def start(self, prepared: Prepared) -> ResponseEventQueue:
+        queue = ResponseEventQueue(prepared.response_id)
         span = prepared.ctx.span
+        assert prepared.model is not None
         span.set_attribute("turnpike.model", prepared.model.id)
         # The task runs in a copy of the current context: generation, and the
         # finishing that ends the span, happen inside the response's span.
         with trace.use_span(span, end_on_exit=False):
             task = asyncio.create_task(
-                self._drive(prepared, run), name=f"response {run.response_id}"
+                self._drive(prepared, queue), name=f"response {queue.response_id}"
             )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return run
+        return queue
 
     async def drain(self, timeout: float) -> None:
         """Let responses in flight finish (graceful shutdown)."""
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=timeout)
 
-    async def _drive(self, prepared: Prepared, run: ResponseRun) -> None:
+    async def _drive(self, prepared: Prepared, queue: ResponseEventQueue) -> None:
+        assert prepared.response is not None
         events = ResponseEvents(prepared.response)
-        ctx = prepared.ctx
+        generation = Generation(prepared.route)
         terminal: list[Event] = []
         try:
-            run.emit(events.created())
+            queue.emit(events.created())
             if prepared.request.store:
                 await self._store(prepared)
-            run.emit(events.in_progress())
+            queue.emit(events.in_progress())
             if not prepared.request.generate:
                 terminal = [events.completed(usage(0, 0, 0))]
             else:
-                with ctx.stage("generate"):
-                    terminal = await self._generate(prepared, events, run)
+                with prepared.ctx.stage("generate"):
+                    terminal = await self._generate(prepared, generation, events, queue)
         except Exception:
-            log.exception("response %s failed", run.response_id)
+            log.exception("response %s failed", queue.response_id)
             terminal = events.failed(
                 "server_error", "The server had an error while generating the response."
             )
         finally:
-            await self._finish(prepared, terminal, run)
+            await self._finish(prepared, generation, terminal, queue)
 
     async def _generate(
-        self, prepared: Prepared, events: ResponseEvents, run: ResponseRun
+        self,
+        prepared: Prepared,
+        generation: Generation,
+        events: ResponseEvents,
+        queue: ResponseEventQueue,
     ) -> list[Event]:
-        request = prepared.request
+        request, model, prompt = prepared.request, prepared.model, prepared.prompt
+        assert model is not None and prompt is not None and prepared.conversation is not None
         gen_request = inference_pb2.GenerateRequest(
-            request_id=prepared.response["id"],
-            model=prepared.model.id,
-            prompt_tokens=prepared.prompt,
+            request_id=prepared.response_id,
+            model=model.id,
+            prompt_tokens=prompt.tokens,
             instructions=request.instructions or "",
-            items=prepared.proto_history,
+            items=prepared.conversation.items,
             tools=request.proto_tools,
             tool_choice=request.tool_choice_name(),
             parallel_tool_calls=request.parallel_tool_calls,
@@ -146,19 +153,20 @@ class ResponseEngine:
                 max_output_tokens=request.max_output_tokens or 0,
                 seed=request.seed or 0,
             ),
-            tokens_per_second=prepared.model.tokens_per_second,
-            ttft_ms=prepared.model.ttft_ms,
-            prefill_tokens_per_second=prepared.model.prefill_tokens_per_second,
-            backend=prepared.model.backend,
+            tokens_per_second=model.tokens_per_second,
+            ttft_ms=model.ttft_ms,
+            prefill_tokens_per_second=model.prefill_tokens_per_second,
+            backend=model.backend,
             # On the legacy path the imageres proxy resolves the images and sets this.
-            image_tokens=prepared.image_tokens,
+            image_tokens=prepared.image_tokens or 0,
         )
         excluded: list[str] = []
         for attempt in range(MAX_WORKER_ATTEMPTS):
-            route = prepared.route
+            route = generation.route
+            assert route is not None
             started = False
             try:
-                async for event in self._worker_stream(prepared, gen_request):
+                async for event in self._worker_stream(prepared, route, gen_request):
                     started = True
                     kind = event.WhichOneof("event")
                     if kind == "item_started":
@@ -166,21 +174,21 @@ class ResponseEngine:
                             for e in events.start_function_call(
                                 event.item_started.call_id, event.item_started.name
                             ):
-                                run.emit(e)
+                                queue.emit(e)
                         else:
                             for e in events.start_message():
-                                run.emit(e)
+                                queue.emit(e)
                     elif kind == "delta":
                         text = event.delta.text
-                        if run.merge_delta(events.open_item_id, text):
+                        if queue.merge_delta(events.open_item_id, text):
                             events.extend_delta(text)
                         else:
-                            run.emit(events.delta(text))
+                            queue.emit(events.delta(text))
                     elif kind == "item_done":
                         for e in events.finish_item():
-                            run.emit(e)
+                            queue.emit(e)
                     elif kind == "finished":
-                        return self._finished(prepared, events, event.finished)
+                        return self._finished(prepared, generation, events, event.finished)
                     elif kind == "error":
                         return events.failed(
                             event.error.code or "server_error",
@@ -206,145 +214,176 @@ class ResponseEngine:
                     )
                 excluded.append(route.worker_id)
                 try:
-                    prepared.route = await pick_worker(prepared, self.res, exclude=excluded)
+                    generation.route = await pick_worker(
+                        self.res.backends,
+                        model.id,
+                        prepared.conversation.affinity_key,
+                        len(prompt.tokens),
+                        exclude=excluded,
+                    )
                 except ApiError as api_err:
                     return events.failed("server_error", api_err.message)
         return events.failed("server_error", "No inference worker could serve the response.")
 
-    def _worker_stream(self, prepared: Prepared, gen_request: inference_pb2.GenerateRequest):
-        route = prepared.route
-        if prepared.ctx.pipeline.image_hop:
-            return self.backends.imageres.ProxyGenerate(
+    def _worker_stream(
+        self,
+        prepared: Prepared,
+        route: router_pb2.RouteDecision,
+        gen_request: inference_pb2.GenerateRequest,
+    ):
+        assert prepared.policy is not None
+        backends = self.res.backends
+        if prepared.policy.worker_via_imageres:
+            return backends.imageres.ProxyGenerate(
                 imageres_pb2.ProxyGenerateRequest(
                     worker_address=route.worker_address, request=gen_request
                 )
             )
-        return self.backends.worker(route.worker_address).Generate(gen_request)
+        return backends.worker(route.worker_address).Generate(gen_request)
 
     def _finished(
-        self, prepared: Prepared, events: ResponseEvents, finished: inference_pb2.Finished
+        self,
+        prepared: Prepared,
+        generation: Generation,
+        events: ResponseEvents,
+        finished: inference_pb2.Finished,
     ) -> list[Event]:
         t = finished.timings
-        prepared.model_timings = {
+        generation.model_ms = {
             "queue_ms": t.queue_ms,
             "prefill_ms": t.prefill_ms,
             "decode_ms": t.decode_ms,
             "ttft_ms": t.ttft_ms,
             "total_ms": t.total_ms,
         }
-        prepared.worker_id = finished.worker_id
+        generation.worker_id = finished.worker_id
         u = finished.usage
+        assert prepared.prompt is not None
         # The backend's count is authoritative (images, a hosted model's own tokenizer).
-        use = usage(u.input_tokens or len(prepared.prompt), u.cached_tokens, u.output_tokens)
-        self._annotate(prepared)
+        use = usage(u.input_tokens or len(prepared.prompt.tokens), u.cached_tokens, u.output_tokens)
+        self._annotate(prepared, generation)
         if finished.finish_reason == "length":
             return events.incomplete("max_output_tokens", use)
         return [events.completed(use)]
 
     @staticmethod
-    def _annotate(prepared: Prepared) -> None:
+    def _annotate(prepared: Prepared, generation: Generation) -> None:
         """Model time as the worker reports it, and each API stage's own time, so a
         client can tell model time from API time for every response."""
+        assert prepared.response is not None
         prepared.response[TIMINGS_KEY] = {
-            "pipeline": prepared.ctx.pipeline.name,
-            "worker_id": prepared.worker_id,
-            "model_ms": {k: round(v, 3) for k, v in prepared.model_timings.items()},
+            "pipeline": prepared.ctx.pipeline,
+            "worker_id": generation.worker_id,
+            "model_ms": {k: round(v, 3) for k, v in generation.model_ms.items()},
             "stages_ms": {k: round(v, 3) for k, v in prepared.ctx.stage_ms.items()},
         }
 
-    async def _finish(self, prepared: Prepared, terminal: list[Event], run: ResponseRun) -> None:
+    async def _finish(
+        self,
+        prepared: Prepared,
+        generation: Generation,
+        terminal: list[Event],
+        queue: ResponseEventQueue,
+    ) -> None:
         """Cache, store and bill before the terminal event leaves: a client that
         continues right after it must find its parent."""
-        response = prepared.response
-        ctx = prepared.ctx
+        response, ctx, request, policy = (
+            prepared.response,
+            prepared.ctx,
+            prepared.request,
+            prepared.policy,
+        )
+        assert response is not None and policy is not None
         try:
             with ctx.stage("finalize"):
                 finished_ok = response["status"] in ("completed", "incomplete")
-                if finished_ok and ctx.pipeline.cache_rendered_tokens and prepared.rendered:
-                    self.res.token_cache.put(ctx.tenant, response["id"], prepared.rendered)
-                if finished_ok and ctx.connection_cache is not None:
-                    ctx.connection_cache.put(response["id"], self._next_state(prepared))
-                elif ctx.connection_cache is not None and prepared.request.previous_response_id:
-                    ctx.connection_cache.evict_after_failure(
-                        prepared.request.previous_response_id, ctx.lane
-                    )
-                if prepared.request.store:
+                cache = ctx.connection_cache
+                if finished_ok and policy.keep_rendered_tokens and prepared.prompt is not None:
+                    self.res.token_cache.put(ctx.tenant, response["id"], prepared.prompt.rendered)
+                if finished_ok and cache is not None:
+                    cache.put(response["id"], self._next_state(prepared, generation))
+                elif cache is not None and request.previous_response_id:
+                    cache.evict_after_failure(request.previous_response_id, ctx.lane)
+                if request.store:
                     await self._store(prepared)
-                if response["usage"] and prepared.request.generate:
-                    event = billing_pb2.UsageEvent(
-                        event_id=response["id"],
-                        tenant=ctx.tenant,
-                        model=response["model"],
-                        input_tokens=response["usage"]["input_tokens"],
-                        cached_tokens=response["usage"]["input_tokens_details"]["cached_tokens"],
-                        output_tokens=response["usage"]["output_tokens"],
-                        created_at=response["created_at"],
-                    )
-                    # Delivered later, billing links to the response's span.
-                    link = ctx.span.get_span_context()
-                    if ctx.pipeline.blocking_billing:
-                        await self.outbox.record_now(event, link)
-                    else:
-                        self.outbox.submit(event, link)
+                if response["usage"] and request.generate:
+                    await self._bill(prepared)
         except Exception:
             log.exception("finalizing response %s failed", response["id"])
         end_response_span(ctx.span, response)
-        run.final = response
+        queue.final = response
         for event in terminal:
-            run.emit(event)
-        run.close()
+            queue.emit(event)
+        queue.close()
 
-    def _next_state(self, prepared: Prepared) -> ConversationState:
-        output = prepared.response["output"]
-        call_names = prepared.call_names
-        proto_output = to_proto(output, call_names)
+    async def _bill(self, prepared: Prepared) -> None:
+        response, ctx, policy = prepared.response, prepared.ctx, prepared.policy
+        assert response is not None and policy is not None
+        use = response["usage"]
+        event = billing_pb2.UsageEvent(
+            event_id=response["id"],
+            tenant=ctx.tenant,
+            model=response["model"],
+            input_tokens=use["input_tokens"],
+            cached_tokens=use["input_tokens_details"]["cached_tokens"],
+            output_tokens=use["output_tokens"],
+            created_at=response["created_at"],
+        )
+        # Delivered later, billing links to the response's span.
+        link = ctx.span.get_span_context()
+        if policy.billing_before_terminal:
+            await self.outbox.record_now(event, link)
+        else:
+            await self.outbox.submit(event, link)
+
+    @staticmethod
+    def _next_state(prepared: Prepared, generation: Generation) -> ConversationState:
+        response, conversation = prepared.response, prepared.conversation
+        assert response is not None and conversation is not None
+        output = response["output"]
+        call_names = conversation.call_names
         return ConversationState(
-            response=prepared.response,
-            history=[*prepared.history, *prepared.request.input_items, *output],
-            proto_history=prepared.proto_history + proto_output,
+            response=response,
+            history=[*conversation.history, *prepared.request.input_items, *output],
+            proto_history=conversation.items + to_proto(output, call_names),
             call_names=call_names,
-            conversation_id=prepared.conversation_id,
-            affinity_key=prepared.affinity_key,
-            rendered=prepared.rendered,
+            conversation_id=conversation.conversation_id,
+            affinity_key=conversation.affinity_key,
+            rendered=prepared.prompt.rendered if prepared.prompt is not None else None,
             model=prepared.model,
-            route=prepared.route,
+            route=generation.route,
             lane=prepared.ctx.lane,
-            image_tokens=prepared.image_tokens,
+            image_tokens=prepared.image_tokens or 0,
         )
 
     async def _store(self, prepared: Prepared) -> None:
-        await self.store.put(
+        assert prepared.response is not None and prepared.conversation is not None
+        await self.res.store.put(
             StoredResponse(
                 prepared.ctx.tenant,
                 prepared.response,
                 prepared.request.input_items,
-                prepared.affinity_key,
+                prepared.conversation.affinity_key,
             )
         )
 
     # Other endpoints -------------------------------------------------------
-    async def count_input_tokens(self, request: CreateRequest, ctx: RequestContext) -> int:
-        history: list[Item] = []
-        proto_history: list[conversation_pb2.Item] = []
-        call_names: dict[str, str] = {}
+    async def count_input_tokens(self, request: CreateRequest, tenant: str) -> int:
+        """The prompt tokens ``request`` would have: its conversation rendered in full,
+        and its images (as generation and billing count them)."""
+        parent = None
         if request.previous_response_id:
-            load = ctx.pipeline.stage(LoadConversation)
-            parent = await load.load(request.previous_response_id, ctx, self.res)
-            history, proto_history = parent.history, parent.proto_history
-            call_names = dict(parent.call_names)
-        check_call_outputs(history, request.input_items)
-        items = proto_history + to_proto(request.input_items, call_names)
-        reply = await self.res.tokenize(
-            self.backends.tokenizer.Render, render_request(request, items)
-        )
-        # Images are prompt tokens too (as generation and billing count them).
-        return len(reply.tokens) + len(reply.completion_prompt) + await image_tokens(items)
+            parent = await load_parent(self.res.store, tenant, request.previous_response_id)
+        conversation = join_conversation(parent, request, tenant, response_id="")
+        rendered = await render_all(self.res, request, conversation.items)
+        images = await image_tokens(conversation.items, self.res.image_limits)
+        return len(rendered.prompt()) + images
 
     async def input_items(self, tenant: str, response_id: str) -> list[Item] | None:
         """Every input item the response was generated from, oldest first."""
-        chain = await self.store.chain(tenant, response_id)
+        chain = await load_chain(self.res.store, tenant, response_id)
         if chain is None:
             # An ancestor was deleted: what is left is this response's own input.
-            record = await self.store.get(tenant, response_id)
+            record = await self.res.store.get(tenant, response_id)
             return None if record is None else list(record.input_items)
         return [*history_of(chain[:-1]), *chain[-1].input_items]

@@ -89,3 +89,20 @@ def server_error(
 
 def unavailable(message: str) -> ApiError:
     return ApiError(503, message, type="server_error", code="service_unavailable")
+
+
+def conflict(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(409, message, code=code, param=param)
+
+
+def content_blocked(categories: list[str]) -> ApiError:
+    return invalid(
+        f"Your request was blocked by the safety system ({', '.join(categories)}). "
+        "Remove the offending content and try again.",
+        "input",
+        "content_policy_violation",
+    )
+
+
+def store_unavailable() -> ApiError:
+    return unavailable("The response store is unavailable; please retry.")

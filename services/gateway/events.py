@@ -125,7 +125,7 @@ class ResponseEvents:
         return self._item["id"] if self._item is not None else None
 
     def extend_delta(self, text: str) -> None:
-        """Text merged into an already emitted delta (see run.ResponseRun.merge_delta)."""
+        """Text merged into an already emitted delta (see event_queue.ResponseEventQueue.merge_delta)."""
         self._require_open()
         self._text.append(text)
 

@@ -11,10 +11,13 @@ from turnpike.billing.v1 import billing_pb2
 from turnpike.router.v1 import router_pb2
 
 from gateway.errors import ApiError, invalid, not_found, too_large
-from gateway.gateway_core import Gateway, dumps, parse_json
+from gateway.event_queue import ResponseEventQueue
+from gateway.json_codec import dumps, parse_json
 from gateway.request import parse_create
-from gateway.run import ResponseRun
+from gateway.request_context import RequestContext
+from gateway.store import StoredResponse
 from gateway.tracing import response_span
+from gateway.wiring import Gateway
 
 router = APIRouter()
 
@@ -41,8 +44,8 @@ def sse(event: dict[str, Any]) -> str:
     return f"event: {event['type']}\ndata: {dumps(event)}\n\n"
 
 
-async def sse_stream(run: ResponseRun) -> AsyncIterator[str]:
-    async for event in run.events():
+async def sse_stream(queue: ResponseEventQueue) -> AsyncIterator[str]:
+    async for event in queue.events():
         yield sse(event)
     # The Open Responses spec ends streams with [DONE]; the SDK accepts it.
     yield "data: [DONE]\n\n"
@@ -55,18 +58,18 @@ async def create_response(request: Request) -> Response:
     pipeline = gw.pipeline_for(request.headers, websocket=False)
     body = parse_json(await read_body(request, gw.settings.max_body_bytes))
     create = parse_create(body, default_model=gw.settings.default_model)
-    ctx = gw.context(tenant, pipeline)
+    ctx = RequestContext(tenant, pipeline.name)
     with response_span(ctx, "http", create.model):
-        run = gw.engine.start(await gw.engine.prepare(create, ctx))
+        queue = gw.engine.start(await gw.engine.prepare(create, ctx, pipeline))
     if create.stream:
         return StreamingResponse(
-            sse_stream(run),
+            sse_stream(queue),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
         )
-    async for _ in run.events():
+    async for _ in queue.events():
         pass
-    return JSONResponse(run.final)
+    return JSONResponse(queue.final)
 
 
 def _response_not_found(response_id: str) -> ApiError:
@@ -75,7 +78,7 @@ def _response_not_found(response_id: str) -> ApiError:
     )
 
 
-async def _stored(gw: Gateway, tenant: str, response_id: str):
+async def _stored(gw: Gateway, tenant: str, response_id: str) -> StoredResponse:
     record = await gw.store.get(tenant, response_id)
     if record is None:
         raise _response_not_found(response_id)
@@ -169,9 +172,7 @@ async def count_input_tokens(request: Request) -> Response:
     tenant = gw.keys.tenant_for(request.headers)
     body = parse_json(await read_body(request, gw.settings.max_body_bytes))
     create = parse_create(body, default_model=gw.settings.default_model)
-    count = await gw.engine.count_input_tokens(
-        create, gw.context(tenant, gw.pipeline_for(request.headers, False))
-    )
+    count = await gw.engine.count_input_tokens(create, tenant)
     return JSONResponse({"object": "response.input_tokens", "input_tokens": count})
 
 
@@ -183,16 +184,21 @@ def _model_object(model: router_pb2.ModelConfig) -> dict[str, Any]:
 async def list_models(request: Request) -> Response:
     gw = gateway_of(request)
     gw.keys.tenant_for(request.headers)
-    reply = await gw.backends.router.ListModels(router_pb2.ListModelsRequest(), timeout=5)
-    return JSONResponse({"object": "list", "data": [_model_object(m) for m in reply.models]})
+    models = await _models(gw)
+    return JSONResponse({"object": "list", "data": [_model_object(m) for m in models]})
+
+
+async def _models(gw: Gateway) -> list[router_pb2.ModelConfig]:
+    router = gw.backends.router
+    reply = await gw.backends.call("router", router.ListModels, router_pb2.ListModelsRequest())
+    return list(reply.models)
 
 
 @router.get("/v1/models/{model_id}")
 async def get_model(model_id: str, request: Request) -> Response:
     gw = gateway_of(request)
     gw.keys.tenant_for(request.headers)
-    reply = await gw.backends.router.ListModels(router_pb2.ListModelsRequest(), timeout=5)
-    for model in reply.models:
+    for model in await _models(gw):
         if model.id == model_id:
             return JSONResponse(_model_object(model))
     raise not_found(f"The model '{model_id}' does not exist.", "model", "model_not_found")
@@ -202,8 +208,8 @@ async def get_model(model_id: str, request: Request) -> Response:
 async def usage_totals(request: Request) -> Response:
     gw = gateway_of(request)
     tenant = gw.keys.tenant_for(request.headers)
-    totals = await gw.backends.billing.GetUsage(
-        billing_pb2.GetUsageRequest(tenant=tenant), timeout=5
+    totals = await gw.backends.call(
+        "billing", gw.backends.billing.GetUsage, billing_pb2.GetUsageRequest(tenant=tenant)
     )
     return JSONResponse(
         {
@@ -235,9 +241,8 @@ async def healthz() -> Response:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> Response:
-    health = await gateway_of(request).backends.health()
-    ready = all(health.values())
-    return JSONResponse({"ready": ready, "services": health}, status_code=200 if ready else 503)
+    ready, health = await gateway_of(request).readiness()
+    return JSONResponse({"ready": ready, **health}, status_code=200 if ready else 503)
 
 
 __all__ = ["ApiError", "router"]

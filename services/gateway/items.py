@@ -13,7 +13,7 @@ from typing import Any
 from turnpike.conversation.v1 import conversation_pb2
 from turnpike.ids import new_id
 
-from gateway.errors import ApiError, invalid, invalid_type
+from gateway.errors import invalid, invalid_type
 
 Item = dict[str, Any]
 
@@ -219,11 +219,10 @@ def check_call_outputs(
         if item["type"] == "function_call":
             known.add(item["call_id"])
         elif item["type"] == "function_call_output" and item["call_id"] not in known:
-            raise ApiError(
-                400,
+            raise invalid(
                 f"No tool call found for function call output with call_id {item['call_id']}.",
-                code="invalid_function_call_output",
-                param=f"{param}[{i}].call_id",
+                f"{param}[{i}].call_id",
+                "invalid_function_call_output",
             )
 
 

@@ -24,61 +24,79 @@ more real work.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TypeVar
 
 from gateway.errors import invalid
+from gateway.prepared import GIVEN, Policy, Prepared
 from gateway.stages import (
     Concurrently,
     LoadConversation,
     Render,
     ResolveImages,
     ResolveModel,
+    Resources,
     Route,
     Safety,
     Stage,
     Step,
     ValidateHistory,
+    each_stage,
 )
-
-S = TypeVar("S", bound=Stage)
 
 
 @dataclass(frozen=True)
 class Pipeline:
     name: str
-    stages: tuple[Step, ...]
+    steps: tuple[Step, ...]
     # Reach the worker through the image-resolution proxy, which resolves the images.
     image_hop: bool
     # Record billing before the terminal event (instead of in the background).
     blocking_billing: bool
 
     def __post_init__(self) -> None:
+        check_data_flow(self.name, self.steps)
         # Images are charged as prompt tokens: resolved exactly once, by a stage or the hop.
-        if self.image_hop == any(isinstance(s, ResolveImages) for s in self.each_stage()):
+        if self.image_hop == any(isinstance(s, ResolveImages) for s in each_stage(self.steps)):
             raise ValueError(f"{self.name}: images need one resolver, the hop or ResolveImages")
 
-    def each_stage(self) -> Iterator[Stage]:
-        """Every stage in order, concurrent ones in the order they are listed."""
-        for step in self.stages:
-            yield from step.stages if isinstance(step, Concurrently) else (step,)
-
-    def stage(self, kind: type[S]) -> S:
-        for stage in self.each_stage():
-            if isinstance(stage, kind):
-                return stage
-        raise LookupError(f"pipeline {self.name} has no {kind.__name__} stage")
-
     @functools.cached_property
-    def cache_rendered_tokens(self) -> bool:
-        """Whether finishing keeps each response's rendered tokens (for its loader)."""
-        return self.stage(LoadConversation).rendered_tokens
+    def policy(self) -> Policy:
+        load = [s for s in each_stage(self.steps) if isinstance(s, LoadConversation)]
+        return Policy(
+            worker_via_imageres=self.image_hop,
+            billing_before_terminal=self.blocking_billing,
+            # Finishing keeps what this pipeline's loader looks up.
+            keep_rendered_tokens=any(stage.rendered_tokens for stage in load),
+        )
+
+    async def prepare(self, p: Prepared, res: Resources) -> None:
+        """Run every step in order; each stage fills in its output of ``p``."""
+        for step in self.steps:
+            await step.perform(p, res)
+
+
+def check_data_flow(name: str, steps: tuple[Step, ...]) -> None:
+    """Every stage reads only what is given or what an earlier step wrote; no field has
+    two writers, and stages running at the same time never read each other's output."""
+    written: set[str] = set(GIVEN)
+    for step in steps:
+        group: tuple[Stage, ...] = step.stages
+        outputs = [stage.output for stage in group]
+        for stage in group:
+            if stage.output in written or outputs.count(stage.output) > 1:
+                raise ValueError(
+                    f"{name}: {stage.name} writes '{stage.output}', which another stage writes"
+                )
+            if missing := sorted(stage.inputs - written):
+                raise ValueError(
+                    f"{name}: {stage.name} reads {', '.join(missing)}, which no earlier step writes"
+                )
+        written.update(outputs)
 
 
 LEGACY = Pipeline(
     "legacy",
-    stages=(
+    steps=(
         LoadConversation(),
         ValidateHistory(),
         ResolveModel(),
@@ -91,7 +109,7 @@ LEGACY = Pipeline(
 )
 SPRINT = Pipeline(
     "sprint",
-    stages=(
+    steps=(
         LoadConversation(rendered_tokens=True),
         ValidateHistory(),
         ResolveModel(cached=True),
@@ -103,7 +121,7 @@ SPRINT = Pipeline(
 )
 CONNECTION = Pipeline(
     "connection",
-    stages=(
+    steps=(
         LoadConversation(from_connection=True),
         ValidateHistory(incremental=True),
         ResolveModel(reuse=True, cached=True),

@@ -16,7 +16,7 @@ from typing import Any
 
 from turnpike.conversation.v1 import conversation_pb2
 
-from gateway.errors import ApiError, invalid, invalid_type
+from gateway.errors import invalid, invalid_type
 from gateway.items import Item, normalize_input
 
 STREAM_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
@@ -294,11 +294,10 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
     if websocket:
         stream_id = _opt(body, "stream_id", str, "a string")
         if stream_id is not None and not STREAM_ID_RE.match(stream_id):
-            raise ApiError(
-                400,
+            raise invalid(
                 "Invalid 'stream_id': 1-256 characters from A-Z, a-z, 0-9, '_', '.' and '-'.",
-                code="invalid_stream_id",
-                param="stream_id",
+                "stream_id",
+                "invalid_stream_id",
             )
     generate = _opt(body, "generate", bool, "a boolean")
     instructions = _opt(body, "instructions", str, "a string")

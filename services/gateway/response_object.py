@@ -11,8 +11,16 @@ from typing import Any
 
 from gateway.request import CreateRequest
 
+# Where a safety flag is recorded on the response (besides its trace).
+SAFETY_METADATA_KEY = "turnpike_safety_flags"
 
-def new_response(response_id: str, request: CreateRequest, model: str) -> dict[str, Any]:
+
+def new_response(
+    response_id: str, request: CreateRequest, model: str, safety_flags: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    metadata = request.metadata
+    if safety_flags:
+        metadata = {**metadata, SAFETY_METADATA_KEY: ",".join(safety_flags)[:512]}
     return {
         "id": response_id,
         "object": "response",
@@ -45,7 +53,7 @@ def new_response(response_id: str, request: CreateRequest, model: str) -> dict[s
         "truncation": request.truncation,
         "usage": None,
         "user": request.user,
-        "metadata": request.metadata,
+        "metadata": metadata,
     }
 
 

@@ -1,18 +1,22 @@
-"""The response store: every stored response, scoped by tenant.
+"""The response store: what a store of responses offers (``ResponseStore``), and what
+is built on top of any store (a conversation's chain, its history).
 
-In memory and bounded (oldest first out) for the embedded default; the
-interface is async so a shared tier (Redis) can stand behind it. A lookup
-with another tenant's id finds nothing, exactly like an id that never existed.
+Two implementations: ``InMemoryResponseStore`` (in process, bounded; the embedded
+default) and ``RedisResponseStore`` (the optional shared tier). Every lookup is scoped
+by tenant: another tenant's id finds nothing, exactly like an id that never existed. A
+store that cannot answer raises ``StoreUnavailable``; the transports tell the client.
 """
 
 from __future__ import annotations
 
-import copy
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.items import Item
+
+
+class StoreUnavailable(Exception):
+    """The store could not be reached or did not answer; the request may be retried."""
 
 
 @dataclass
@@ -33,59 +37,42 @@ class StoredResponse:
         return self.response.get("previous_response_id")
 
 
-class ChainWalk:
-    """What every store offers on top of ``get``: a conversation's chain."""
-
+class ResponseStore(Protocol):
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
-        raise NotImplementedError
-
-    async def chain(self, tenant: str, response_id: str) -> list[StoredResponse] | None:
-        """The stored responses from the first of the chain to ``response_id``,
-        or None when any link is missing."""
-        chain: list[StoredResponse] = []
-        seen: set[str] = set()
-        current: str | None = response_id
-        while current is not None:
-            if current in seen:
-                return None
-            seen.add(current)
-            record = await self.get(tenant, current)
-            if record is None:
-                return None
-            chain.append(record)
-            current = record.previous_response_id
-        chain.reverse()
-        return chain
-
-
-class ResponseStore(ChainWalk):
-    """In process, bounded: the embedded default."""
-
-    def __init__(self, max_responses: int) -> None:
-        self._max = max_responses
-        self._records: OrderedDict[tuple[str, str], StoredResponse] = OrderedDict()
+        """The tenant's response, or None."""
 
     async def put(self, record: StoredResponse) -> None:
-        key = (record.tenant, record.id)
-        # Copies, so later changes by the caller never leak into what GET returns. The
-        # engine reassigns top-level keys and fills ``output`` in place; what came from
-        # the request (tools, text, metadata) is never changed in place, as for events
-        # (response_object.snapshot).
-        self._records[key] = StoredResponse(
-            record.tenant,
-            {**record.response, "output": copy.deepcopy(record.response["output"])},
-            list(record.input_items),
-            record.affinity_key,
-        )
-        self._records.move_to_end(key)
-        while len(self._records) > self._max:
-            self._records.popitem(last=False)
-
-    async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
-        return self._records.get((tenant, response_id))
+        """Store (or replace) a response; later changes by the caller do not reach it."""
 
     async def delete(self, tenant: str, response_id: str) -> bool:
-        return self._records.pop((tenant, response_id), None) is not None
+        """Whether there was such a response to delete."""
+
+    async def ping(self) -> bool:
+        """Whether the store answers (readiness)."""
+
+    async def close(self) -> None:
+        """Release connections (at shutdown)."""
+
+
+async def load_chain(
+    store: ResponseStore, tenant: str, response_id: str
+) -> list[StoredResponse] | None:
+    """The stored responses from the first of a conversation to ``response_id``, or None
+    when any link is missing (never stored, deleted, expired, another tenant's)."""
+    chain: list[StoredResponse] = []
+    seen: set[str] = set()
+    current: str | None = response_id
+    while current is not None:
+        if current in seen:
+            return None
+        seen.add(current)
+        record = await store.get(tenant, current)
+        if record is None:
+            return None
+        chain.append(record)
+        current = record.previous_response_id
+    chain.reverse()
+    return chain
 
 
 def history_of(chain: list[StoredResponse]) -> list[Item]:

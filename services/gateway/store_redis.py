@@ -2,7 +2,8 @@
 
 Every gateway replica sees every stored response, so an HTTP follow-up may land on
 any replica. One key per response, scoped by tenant, JSON, expiring after
-``ttl_s``. Redis trouble is a 503 for the request that needed it, never a crash.
+``ttl_s``. Redis trouble is ``StoreUnavailable`` for the request that needed it (a 503
+for the client), never a crash.
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ import logging
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
-from gateway.errors import ApiError, unavailable
-from gateway.store import ChainWalk, StoredResponse
+from gateway.store import StoredResponse, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 
-class RedisResponseStore(ChainWalk):
+class RedisResponseStore:
     def __init__(self, url: str, ttl_s: int, prefix: str = "turnpike:response") -> None:
         self._redis = aioredis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
         self._ttl = ttl_s
@@ -68,6 +68,6 @@ class RedisResponseStore(ChainWalk):
         await self._redis.aclose()
 
 
-def _unavailable(operation: str, err: RedisError) -> ApiError:
+def _unavailable(operation: str, err: RedisError) -> StoreUnavailable:
     log.warning("redis %s failed: %s", operation, err)
-    return unavailable("The response store is unavailable; please retry.")
+    return StoreUnavailable(f"redis {operation} failed: {err}")

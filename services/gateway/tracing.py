@@ -20,7 +20,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from gateway.errors import ApiError
 
 if TYPE_CHECKING:
-    from gateway.request_state import RequestContext
+    from gateway.request_context import RequestContext
 
 tracer = trace.get_tracer("turnpike.gateway")
 
@@ -61,7 +61,7 @@ def response_span(ctx: RequestContext, transport: str, model: str) -> Iterator[t
         attributes={
             "turnpike.transport": transport,
             "turnpike.tenant": ctx.tenant,
-            "turnpike.pipeline": ctx.pipeline.name,
+            "turnpike.pipeline": ctx.pipeline,
             "turnpike.model": model,
         },
     )

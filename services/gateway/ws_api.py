@@ -1,4 +1,5 @@
-"""WebSocket adapter: frames in, events out; the rules live in ws_protocol."""
+"""WebSocket transport: frames in, events out. The rules live in ``ws_protocol``; this
+module only moves frames, runs responses and applies the protocol's actions."""
 
 from __future__ import annotations
 
@@ -6,27 +7,32 @@ import asyncio
 import logging
 import time
 
-from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
+from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
-from gateway.errors import ApiError, server_error
-from gateway.gateway_core import Gateway, dumps
+from gateway.errors import ApiError, server_error, store_unavailable
+from gateway.json_codec import dumps
+from gateway.pipelines import Pipeline
 from gateway.request import CreateRequest
+from gateway.request_context import RequestContext
+from gateway.store import StoreUnavailable
 from gateway.tracing import response_span
-from gateway.ws_protocol import SendEvent, StartResponse, WsSession
+from gateway.wiring import Gateway
+from gateway.ws_protocol import Action, CloseConnection, SendEvent, StartResponse, WsSession
 
 log = logging.getLogger(__name__)
 router = APIRouter()
 
-# Close codes: 1000 normal end; 1001 going away (the SDK reconnects on it).
-CLOSE_GOING_AWAY = 1001
+# What sending on a socket the client has closed raises.
+GONE = (WebSocketDisconnect, WebSocketDisconnected)
 
 
 class Connection:
     """One accepted socket: serialises sends, runs responses, applies actions."""
 
     def __init__(
-        self, ws: WebSocket, gw: Gateway, tenant: str, session: WsSession, pipeline
+        self, ws: WebSocket, gw: Gateway, tenant: str, session: WsSession, pipeline: Pipeline
     ) -> None:
         self.ws = ws
         self.gw = gw
@@ -36,8 +42,6 @@ class Connection:
         self.open = True
         self._send_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
-        self.idle = asyncio.Event()
-        self.idle.set()
 
     async def send(self, event: dict) -> None:
         if not self.open:
@@ -46,33 +50,47 @@ class Connection:
         async with self._send_lock:
             try:
                 await self.ws.send_text(text)
-            except (WebSocketDisconnect, RuntimeError):
+            except GONE:
                 self.open = False
 
-    async def apply(self, actions) -> None:
+    async def close(self, code: int, reason: str) -> None:
+        async with self._send_lock:
+            if self.open:
+                self.open = False
+                try:
+                    await self.ws.close(code, reason=reason)
+                except GONE:
+                    pass
+
+    async def apply(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, SendEvent):
                 await self.send(action.event)
             elif isinstance(action, StartResponse):
-                self.idle.clear()
                 task = asyncio.create_task(self._respond(action.request))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+            elif isinstance(action, CloseConnection):
+                await self.close(action.code, action.reason)
 
     async def _respond(self, request: CreateRequest) -> None:
         lane = request.stream_id
+        engine = self.gw.engine
         try:
-            ctx = self.gw.context(
-                self.tenant, self.pipeline, connection_cache=self.session.cache, lane=lane
+            ctx = RequestContext(
+                self.tenant, self.pipeline.name, connection_cache=self.session.cache, lane=lane
             )
             try:
                 # One trace per response, not per connection (gateway.tracing).
                 with response_span(ctx, "websocket", request.model):
-                    run = self.gw.engine.start(await self.gw.engine.prepare(request, ctx))
+                    queue = engine.start(await engine.prepare(request, ctx, self.pipeline))
             except ApiError as err:
                 await self.send(err.ws_event(lane))
                 return
-            async for event in run.events():
+            except StoreUnavailable:
+                await self.send(store_unavailable().ws_event(lane))
+                return
+            async for event in queue.events():
                 if lane is not None:
                     event["stream_id"] = lane
                 await self.send(event)
@@ -80,9 +98,7 @@ class Connection:
             log.exception("websocket response failed")
             await self.send(server_error("The server had an error.").ws_event(lane))
         finally:
-            await self.apply(self.session.on_response_done(request))
-            if self.session.idle:
-                self.idle.set()
+            await self.apply(self.session.on_response_done(request, time.monotonic()))
 
 
 @router.websocket("/v1/responses")
@@ -103,32 +119,26 @@ async def responses_socket(ws: WebSocket) -> None:
         max_active=settings.ws_max_active_responses,
         max_lanes=settings.ws_max_lanes,
         cache_size=settings.ws_cache_size,
+        lifetime_s=settings.ws_max_lifetime_s,
+        now=time.monotonic(),
     )
     conn = Connection(ws, gw, tenant, session, pipeline)
-    deadline = time.monotonic() + settings.ws_max_lifetime_s
     try:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 and not session.expired:
-                session.expired = True
-            if session.expired and session.idle:
-                await ws.close(
-                    CLOSE_GOING_AWAY,
-                    reason=f"connection lifetime of {int(settings.ws_max_lifetime_s)}s reached",
-                )
-                break
-            timeout = remaining if remaining > 0 else 0.5
+        while conn.open:
+            deadline = session.deadline(time.monotonic())
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                message = await asyncio.wait_for(ws.receive(), timeout=timeout)
+                message = await asyncio.wait_for(ws.receive(), timeout)
             except TimeoutError:
+                await conn.apply(session.on_timer(time.monotonic()))
                 continue
             if message["type"] == "websocket.disconnect":
                 break
             data = message.get("text")
             if data is None:
                 data = message.get("bytes") or b""
-            await conn.apply(session.on_frame(data))
-    except WebSocketDisconnect:
+            await conn.apply(session.on_frame(data, time.monotonic()))
+    except GONE:
         pass
     finally:
         conn.open = False

@@ -1,16 +1,19 @@
 """The WebSocket protocol of one connection, as a sans-I/O state machine.
 
-It takes frames and completion notices, and answers with actions (start a
-response, send an event). It never touches a socket, so every rule below is
-unit-tested without one:
+It takes frames, completion notices and the time, and answers with actions (start a
+response, send an event, close the connection). It never touches a socket or a clock
+(every call that depends on time is given ``now``), so every rule below is unit-tested
+without one, as python-websockets tests its protocol core:
 
 - one ``response.create`` per frame; requests on one lane (``stream_id``) run
   one at a time, and a create on a busy lane is refused (clients wait for the
   terminal event before sending the next);
 - at most ``max_active`` responses run at once; further creates wait their turn;
 - at most ``max_lanes`` distinct named lanes (the default lane does not count);
-- after the connection's lifetime, new creates are refused and the transport
-  closes the socket once idle;
+- after the connection's lifetime, new creates are refused, and the connection closes
+  (1001, going away: the SDK reconnects) once no response is running; the transport
+  calls ``on_timer`` at ``deadline()``;
+- a frame over ``max_frame_bytes`` (UTF-8 bytes, as on the wire) is refused;
 - request-level errors are ``error`` events echoing the lane; the socket stays open.
 """
 
@@ -20,12 +23,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import ApiError, invalid, too_large
-from gateway.gateway_core import parse_json
+from gateway.connection_cache import ConnectionCache
+from gateway.errors import ApiError, conflict, invalid, too_large
+from gateway.json_codec import parse_json
 from gateway.request import STREAM_ID_RE, CreateRequest, parse_create
-from gateway.state import ConnectionCache
 
-DEFAULT_LANE = None
+# Close code 1001, going away: the official clients reconnect on it.
+CLOSE_GOING_AWAY = 1001
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,13 @@ class SendEvent:
     event: dict[str, Any]
 
 
-Action = StartResponse | SendEvent
+@dataclass(frozen=True)
+class CloseConnection:
+    code: int
+    reason: str
+
+
+Action = StartResponse | SendEvent | CloseConnection
 
 
 def _lane_of(body: Any) -> str | None:
@@ -59,13 +69,17 @@ class WsSession:
         max_active: int,
         max_lanes: int,
         cache_size: int,
+        lifetime_s: float,
+        now: float,
     ) -> None:
         self.default_model = default_model
         self.max_frame_bytes = max_frame_bytes
         self.max_active = max_active
         self.max_lanes = max_lanes
         self.cache = ConnectionCache(cache_size)
-        self.expired = False
+        self.lifetime_s = lifetime_s
+        self.expires_at = now + lifetime_s
+        self.closed = False
         self._named_lanes: set[str] = set()
         self._busy: set[str | None] = set()
         self._active = 0
@@ -75,8 +89,18 @@ class WsSession:
     def idle(self) -> bool:
         return not self._busy
 
-    def on_frame(self, data: str | bytes) -> list[Action]:
-        if len(data) > self.max_frame_bytes:
+    def deadline(self, now: float) -> float | None:
+        """When the transport must call ``on_timer``; None when no timer is due (once the
+        lifetime is over, the last response to finish closes the connection)."""
+        if self.closed or (now >= self.expires_at and self._busy):
+            return None
+        return self.expires_at
+
+    def on_timer(self, now: float) -> list[Action]:
+        return self._close_if_done(now)
+
+    def on_frame(self, data: str | bytes, now: float) -> list[Action]:
+        if _over(data, self.max_frame_bytes):
             return [SendEvent(too_large(self.max_frame_bytes, "Message").ws_event())]
         try:
             body = parse_json(data)
@@ -88,7 +112,7 @@ class WsSession:
                 raise invalid("Each message must be a JSON object.", None, "invalid_body")
             kind = body.get("type")
             if kind == "response.create":
-                return self._on_create(body)
+                return self._on_create(body, now)
             if kind == "response.steer":
                 return [SendEvent(self._steer_failed(body))]
             if not isinstance(kind, str):
@@ -103,34 +127,32 @@ class WsSession:
         except ApiError as err:
             return [SendEvent(err.ws_event(lane))]
 
-    def _on_create(self, body: dict[str, Any]) -> list[Action]:
+    def _on_create(self, body: dict[str, Any], now: float) -> list[Action]:
         fields = {k: v for k, v in body.items() if k != "type"}
         # openai-agents always sends stream: true; on a socket streaming is implied.
         fields.pop("stream", None)
         fields.pop("stream_options", None)
         request = parse_create(fields, default_model=self.default_model, websocket=True)
         lane = request.stream_id
-        if self.expired:
-            raise ApiError(
-                400,
+        if now >= self.expires_at:
+            raise invalid(
                 "This connection reached its maximum lifetime; open a new connection.",
-                code="websocket_connection_limit_reached",
+                None,
+                "websocket_connection_limit_reached",
             )
         if lane in self._busy:
-            raise ApiError(
-                409,
+            raise conflict(
                 f"A response is already in progress on stream '{lane or 'default'}'; wait for its "
                 "terminal event before sending another response.create on it.",
-                code="stream_busy",
-                param="stream_id",
+                "stream_id",
+                "stream_busy",
             )
         if lane is not None and lane not in self._named_lanes:
             if len(self._named_lanes) >= self.max_lanes:
-                raise ApiError(
-                    400,
+                raise invalid(
                     f"This connection already uses {self.max_lanes} named streams, the limit.",
-                    code="websocket_stream_limit_reached",
-                    param="stream_id",
+                    "stream_id",
+                    "websocket_stream_limit_reached",
                 )
             self._named_lanes.add(lane)
         self._busy.add(lane)
@@ -140,14 +162,24 @@ class WsSession:
         self._active += 1
         return [StartResponse(request)]
 
-    def on_response_done(self, request: CreateRequest) -> list[Action]:
+    def on_response_done(self, request: CreateRequest, now: float) -> list[Action]:
         """A response reached its terminal event (or failed before starting)."""
         self._busy.discard(request.stream_id)
         self._active -= 1
         if self._waiting and self._active < self.max_active:
             self._active += 1
             return [StartResponse(self._waiting.popleft())]
-        return []
+        return self._close_if_done(now)
+
+    def _close_if_done(self, now: float) -> list[Action]:
+        if self.closed or self._busy or now < self.expires_at:
+            return []
+        self.closed = True
+        return [
+            CloseConnection(
+                CLOSE_GOING_AWAY, f"connection lifetime of {int(self.lifetime_s)}s reached"
+            )
+        ]
 
     @staticmethod
     def _steer_failed(body: dict[str, Any]) -> dict[str, Any]:
@@ -164,3 +196,13 @@ class WsSession:
                 "previous_response_id": body.get("previous_response_id"),
             },
         }
+
+
+def _over(data: str | bytes, limit: int) -> bool:
+    """Whether a frame is over ``limit`` bytes as UTF-8 (encoding only when its
+    length in characters cannot tell: each is one to four bytes)."""
+    if isinstance(data, bytes) or len(data) > limit:
+        return len(data) > limit
+    if 4 * len(data) <= limit:
+        return False
+    return len(data.encode("utf-8", "surrogatepass")) > limit

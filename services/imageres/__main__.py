@@ -8,7 +8,7 @@ from turnpike.grpc_server import run
 from turnpike.imageres.v1 import imageres_pb2, imageres_pb2_grpc
 
 from imageres.proxy import WorkerChannels
-from imageres.resolve import Limits
+from turnpike.image_resolution import Limits
 from imageres.server import ImageResolverServicer
 
 

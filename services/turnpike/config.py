@@ -104,6 +104,11 @@ class GatewaySettings:
     backend_timeout_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_BACKEND_TIMEOUT_S", 30.0)
     )
+    # Usage events waiting for billing (during an outage); at the bound, finishing a
+    # response waits for room instead of dropping a record.
+    billing_outbox_max_events: int = field(
+        default_factory=lambda: env_int("TURNPIKE_BILLING_OUTBOX_MAX_EVENTS", 100_000)
+    )
     # Sprint caches: model configurations (seconds before asking the router again) and
     # rendered tokens (how many tokens the process keeps, 4 bytes each).
     model_cache_ttl_s: float = field(

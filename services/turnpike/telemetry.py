@@ -26,10 +26,6 @@ log = logging.getLogger(__name__)
 _enabled = False
 
 
-def tracing_enabled() -> bool:
-    return _enabled
-
-
 def _env(*names: str) -> str:
     for name in names:
         if value := os.environ.get(name, "").strip():

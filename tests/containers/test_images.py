@@ -15,8 +15,6 @@ from testcontainers.core.container import DockerContainer
 REPO = Path(__file__).resolve().parents[2]
 REQUIREMENTS = REPO / "deploy" / "requirements"
 SERVICES = ("gateway", "safety", "tokenizer", "router", "billing", "imageres", "worker")
-# Service packages an image carries besides its own and the shared library.
-USES = {"gateway": {"imageres"}}
 
 PROBE = r"""
 import importlib.metadata as md, importlib.util, json, os, pathlib
@@ -73,7 +71,8 @@ def test_service_image(images, service):
     facts = probe(image)
     assert facts["uid"] == 10001 and facts["gid"] == 10001
     assert facts["service"] == service
-    assert set(facts["packages"]) == {"turnpike", service} | USES.get(service, set())
+    # Its own package and the shared library: services never import each other.
+    assert set(facts["packages"]) == {"turnpike", service}
     assert "devstack" not in facts["packages"]
     # Exactly the pinned packages of its requirement subset: nothing more, nothing less.
     installed = {canonicalize_name(n): v for n, v in facts["dists"].items()}

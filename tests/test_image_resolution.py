@@ -8,14 +8,14 @@ import io
 from urllib.parse import quote_from_bytes
 
 import pytest
-from imageres.resolve import (
+from PIL import Image
+from turnpike.image_resolution import (
     Limits,
     high_detail_tokens,
     image_tokens,
     resolve_detail,
     resolve_image,
 )
-from PIL import Image
 
 
 def encode(width: int, height: int, fmt: str = "PNG", mode: str = "RGB") -> bytes:

@@ -14,11 +14,12 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
-Event = dict[str, Any]
+from gateway.events import Event
+
 DELTA_TYPES = frozenset({"response.output_text.delta", "response.function_call_arguments.delta"})
 
 
-class ResponseRun:
+class ResponseEventQueue:
     def __init__(self, response_id: str) -> None:
         self.response_id = response_id
         self.final: dict[str, Any] | None = None

@@ -1,34 +1,11 @@
-"""The sprint's in-process caches: model configurations and rendered tokens.
-
-Both are per gateway process and bounded; a miss only costs the work the cache
-would have saved (a router call, a full render), never a wrong answer.
-"""
+"""The sprint's in-process cache of rendered tokens, per gateway process and bounded:
+a miss only costs the full render it would have saved, never a wrong answer."""
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 
-from turnpike.router.v1 import router_pb2
-
-from gateway.state import RenderedPrefix
-
-
-class ModelConfigCache:
-    """Model name -> configuration, refreshed from the router after ``ttl_s``."""
-
-    def __init__(self, ttl_s: float) -> None:
-        self._ttl = ttl_s
-        self._entries: dict[str, tuple[float, router_pb2.ModelConfig]] = {}
-
-    def get(self, name: str) -> router_pb2.ModelConfig | None:
-        entry = self._entries.get(name)
-        if entry is None or time.monotonic() - entry[0] > self._ttl:
-            return None
-        return entry[1]
-
-    def put(self, name: str, model: router_pb2.ModelConfig) -> None:
-        self._entries[name] = (time.monotonic(), model)
+from gateway.conversation_state import RenderedPrefix
 
 
 class TokenCache:

@@ -1,0 +1,35 @@
+"""Who asked and how: one request's tenant, pipeline name, WebSocket lane and
+connection cache, its span, and the time each stage took."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from opentelemetry import trace
+
+from gateway.connection_cache import ConnectionCache
+
+tracer = trace.get_tracer("turnpike.gateway")
+
+
+@dataclass
+class RequestContext:
+    tenant: str
+    pipeline: str  # the name of the pipeline that prepares it (traces and timings)
+    connection_cache: ConnectionCache | None = None  # WebSocket mode only
+    lane: str | None = None  # WebSocket stream_id
+    stage_ms: dict[str, float] = field(default_factory=dict)
+    # The response's own span (gateway.tracing.response_span); the engine ends it.
+    span: trace.Span = trace.INVALID_SPAN
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[trace.Span]:
+        """Time a stage and give it a span, so one trace shows where time went."""
+        start = time.perf_counter()
+        with tracer.start_as_current_span(f"stage.{name}") as span:
+            span.set_attribute("turnpike.pipeline", self.pipeline)
+            yield span
+        self.stage_ms[name] = self.stage_ms.get(name, 0.0) + (time.perf_counter() - start) * 1000

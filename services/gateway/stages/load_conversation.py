@@ -1,0 +1,64 @@
+"""``load_conversation``: the response a follow-up names (``previous_response_id``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from gateway.conversation_state import ConversationState
+from gateway.errors import invalid
+from gateway.items import to_proto
+from gateway.prepared import Parent, Prepared
+from gateway.stages.base import Resources, Stage
+from gateway.store import ResponseStore, history_of, load_chain
+from gateway.token_cache import TokenCache
+
+
+@dataclass(frozen=True)
+class LoadConversation(Stage):
+    name: ClassVar[str] = "load_conversation"
+    inputs: ClassVar[frozenset[str]] = frozenset({"request", "ctx"})
+    output: ClassVar[str] = "parent"
+    # Continue from the connection-scoped cache when it holds the parent (else the store).
+    from_connection: bool = False
+    # Take the parent's rendered tokens from the process's TokenCache.
+    rendered_tokens: bool = False
+
+    def applies(self, p: Prepared) -> bool:
+        return bool(p.request.previous_response_id)
+
+    async def run(self, p: Prepared, res: Resources) -> Parent:
+        previous_id = p.request.previous_response_id
+        assert previous_id
+        cache = p.ctx.connection_cache
+        if self.from_connection and cache is not None:
+            state = cache.get(previous_id)
+            if state is not None:
+                return Parent(state, from_connection_cache=True)
+        token_cache = res.token_cache if self.rendered_tokens else None
+        return Parent(await load_parent(res.store, p.ctx.tenant, previous_id, token_cache))
+
+
+async def load_parent(
+    store: ResponseStore, tenant: str, previous_id: str, token_cache: TokenCache | None = None
+) -> ConversationState:
+    """The conversation through ``previous_id``, rebuilt from the store (with its rendered
+    tokens when ``token_cache`` holds them), or the API's not-found error."""
+    chain = await load_chain(store, tenant, previous_id)
+    if chain is None:
+        raise invalid(
+            f"Previous response with id '{previous_id}' not found.",
+            "previous_response_id",
+            "previous_response_not_found",
+        )
+    history = history_of(chain)
+    call_names: dict[str, str] = {}
+    return ConversationState(
+        response=chain[-1].response,
+        history=history,
+        proto_history=to_proto(history, call_names),
+        call_names=call_names,
+        conversation_id=chain[0].id,
+        affinity_key=chain[-1].affinity_key or chain[0].id,
+        rendered=token_cache.get(tenant, previous_id) if token_cache is not None else None,
+    )

@@ -1,0 +1,106 @@
+"""``render``: the conversation as prompt tokens, by the tokenizer service."""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+from typing import ClassVar
+
+import grpc
+from turnpike.conversation.v1 import conversation_pb2
+from turnpike.tokenizer.v1 import tokenizer_pb2
+
+from gateway.conversation_state import RenderedPrefix
+from gateway.errors import invalid
+from gateway.prepared import Prepared, Prompt
+from gateway.request import CreateRequest
+from gateway.stages.base import Resources, Stage
+from gateway.stages.keys import content_keys
+
+# The tokenizer refuses input it cannot render: the client's to fix.
+RENDER_ERRORS = {
+    grpc.StatusCode.INVALID_ARGUMENT: lambda err: invalid(
+        err.details() or "The input could not be rendered.", "input"
+    )
+}
+
+
+@dataclass(frozen=True)
+class Render(Stage):
+    name: ClassVar[str] = "render"
+    inputs: ClassVar[frozenset[str]] = frozenset(
+        {"request", "ctx", "parent", "conversation", "model"}
+    )
+    output: ClassVar[str] = "prompt"
+    # Render only the new items and append them to the parent's cached tokens.
+    append: bool = False
+    # Without a parent (a client re-sending its whole history), look the longest rendered
+    # prefix up by content in the process's TokenCache, and keep this render there too.
+    by_content: bool = False
+
+    async def run(self, p: Prepared, res: Resources) -> Prompt:
+        request, conversation = p.request, p.conversation
+        assert conversation is not None
+        cached = p.parent.state.rendered if p.parent is not None else None
+        keys = []
+        if self.by_content and p.parent is None:
+            keys = content_keys(request.header_key, conversation.items)
+            cached = res.token_cache.longest(p.ctx.tenant, keys)
+        if self.append and cached is not None and cached.header_key == request.header_key:
+            rendered = await render_after(res, cached, conversation.items)
+        else:
+            rendered = await render_all(res, request, conversation.items)
+        if keys:
+            res.token_cache.put(p.ctx.tenant, keys[-1], rendered)
+        return Prompt(rendered, rendered.prompt())
+
+    def check(self, p: Prepared) -> None:
+        assert p.prompt is not None and p.model is not None
+        size, window = len(p.prompt.tokens), p.model.context_window
+        if size > window:
+            raise invalid(
+                f"Your input is {size} tokens, over the model's context window of {window}.",
+                "input",
+                "context_length_exceeded",
+            )
+
+
+async def render_all(
+    res: Resources, request: CreateRequest, items: list[conversation_pb2.Item]
+) -> RenderedPrefix:
+    """Instructions, tools and every item."""
+    reply = await res.backends.call(
+        "tokenizer",
+        res.backends.tokenizer.Render,
+        tokenizer_pb2.RenderRequest(
+            instructions=request.instructions or "", tools=request.proto_tools, items=items
+        ),
+        RENDER_ERRORS,
+    )
+    return RenderedPrefix(
+        request.header_key,
+        array("I", reply.tokens),
+        len(items),
+        array("I", reply.completion_prompt),
+    )
+
+
+async def render_after(
+    res: Resources, cached: RenderedPrefix, items: list[conversation_pb2.Item]
+) -> RenderedPrefix:
+    """The items after a rendered prefix, appended to its tokens."""
+    tail = items[cached.items :]
+    if not tail:  # the same history, re-sent
+        return cached
+    reply = await res.backends.call(
+        "tokenizer",
+        res.backends.tokenizer.RenderAppend,
+        tokenizer_pb2.RenderAppendRequest(items=tail),
+        RENDER_ERRORS,
+    )
+    return RenderedPrefix(
+        cached.header_key,
+        cached.tokens + array("I", reply.tokens),
+        len(items),
+        array("I", reply.completion_prompt),
+    )

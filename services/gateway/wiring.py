@@ -1,0 +1,77 @@
+"""The gateway's long-lived parts, built once at startup from the settings and shared by
+the HTTP and WebSocket adapters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from turnpike.config import GatewaySettings, ImageresSettings
+from turnpike.image_resolution import Limits
+
+from gateway.auth import ApiKeys, parse_api_keys
+from gateway.backends import Backends
+from gateway.billing_outbox import BillingOutbox
+from gateway.engine import ResponseEngine
+from gateway.model_cache import ModelConfigCache
+from gateway.pipelines import CONNECTION, SPRINT, Pipeline, pipeline_named
+from gateway.stages import Resources
+from gateway.store import ResponseStore
+from gateway.store_memory import InMemoryResponseStore
+from gateway.store_redis import RedisResponseStore
+from gateway.token_cache import TokenCache
+
+PIPELINE_HEADER = "x-turnpike-pipeline"
+
+
+@dataclass
+class Gateway:
+    settings: GatewaySettings
+    keys: ApiKeys
+    backends: Backends
+    store: ResponseStore
+    outbox: BillingOutbox
+    engine: ResponseEngine
+
+    @classmethod
+    def build(cls, settings: GatewaySettings) -> Gateway:
+        backends = Backends(settings.endpoints, settings.backend_timeout_s)
+        store: ResponseStore
+        if settings.redis_url:
+            store = RedisResponseStore(settings.redis_url, settings.redis_store_ttl_s)
+        else:
+            store = InMemoryResponseStore(settings.store_max_responses)
+        outbox = BillingOutbox(backends.billing, settings.billing_outbox_max_events)
+        images = ImageresSettings()
+        resources = Resources(
+            backends,
+            store,
+            ModelConfigCache(settings.model_cache_ttl_s),
+            TokenCache(settings.token_cache_tokens),
+            Limits(images.max_image_bytes, images.max_image_pixels),
+        )
+        keys = ApiKeys(parse_api_keys(settings.api_keys))
+        return cls(settings, keys, backends, store, outbox, ResponseEngine(resources, outbox))
+
+    async def start(self) -> None:
+        self.outbox.start()
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        await self.engine.drain(grace_s)
+        await self.outbox.close(grace_s)
+        await self.backends.close()
+        await self.store.close()
+
+    async def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Whether the gateway can serve (its backends answer), and what it knows. The
+        store is reported, not required: a shared store (Redis) that is down takes every
+        replica down with it, and a gateway that is up answers its clients why."""
+        services = await self.backends.health()
+        return all(services.values()), {"services": services, "store": await self.store.ping()}
+
+    def pipeline_for(self, headers: Mapping[str, str], websocket: bool) -> Pipeline:
+        default = CONNECTION if websocket else SPRINT
+        return pipeline_named(
+            headers.get(PIPELINE_HEADER), default, self.settings.allow_pipeline_override
+        )
