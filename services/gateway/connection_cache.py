@@ -3,7 +3,7 @@ connection, by id, each with what a follow-up needs (``ConversationState``)."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from turnpike.lru import LruCache
 
 from gateway.conversation_state import ConversationState
 
@@ -12,28 +12,21 @@ class ConnectionCache:
     """Least recently used responses leave first once ``capacity`` are held."""
 
     def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._states: OrderedDict[str, ConversationState] = OrderedDict()
+        self._states: LruCache[str, ConversationState] = LruCache(capacity)
 
     def get(self, response_id: str) -> ConversationState | None:
-        state = self._states.get(response_id)
-        if state is not None:
-            self._states.move_to_end(response_id)
-        return state
+        return self._states.get(response_id)
 
     def put(self, response_id: str, state: ConversationState) -> None:
-        self._states[response_id] = state
-        self._states.move_to_end(response_id)
-        while len(self._states) > self._capacity:
-            self._states.popitem(last=False)
+        self._states.put(response_id, state)
 
     def evict_after_failure(self, parent_id: str, lane: str | None) -> None:
         """A failed continuation on the parent's own lane evicts the parent (what the
         client sends next may not match it); a failed fork from another lane leaves it
         for its source lane."""
-        parent = self._states.get(parent_id)
+        parent = self._states.peek(parent_id)
         if parent is not None and parent.lane == lane:
-            del self._states[parent_id]
+            self._states.pop(parent_id)
 
     def __len__(self) -> int:
         return len(self._states)

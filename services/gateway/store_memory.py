@@ -1,39 +1,37 @@
-"""The response store in process: bounded, oldest first out. The embedded default."""
+"""The response store in process: bounded, oldest stored first out. The embedded default."""
 
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
+
+from turnpike.lru import LruCache
 
 from gateway.store import StoredResponse
 
 
 class InMemoryResponseStore:
     def __init__(self, max_responses: int) -> None:
-        self._max = max_responses
-        self._records: OrderedDict[tuple[str, str], StoredResponse] = OrderedDict()
+        # Reads do not refresh a response: the oldest stored leaves first.
+        self._records: LruCache[tuple[str, str], StoredResponse] = LruCache(max_responses)
 
     async def put(self, record: StoredResponse) -> None:
-        key = (record.tenant, record.id)
         # Copies, so later changes by the caller never leak into what GET returns. The
         # engine reassigns top-level keys and fills ``output`` in place; what came from
         # the request (tools, text, metadata) is never changed in place, as for events
         # (response_object.snapshot).
-        self._records[key] = StoredResponse(
+        copied = StoredResponse(
             record.tenant,
             {**record.response, "output": copy.deepcopy(record.response["output"])},
             list(record.input_items),
             record.affinity_key,
         )
-        self._records.move_to_end(key)
-        while len(self._records) > self._max:
-            self._records.popitem(last=False)
+        self._records.put((record.tenant, record.id), copied)
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
-        return self._records.get((tenant, response_id))
+        return self._records.peek((tenant, response_id))
 
     async def delete(self, tenant: str, response_id: str) -> bool:
-        return self._records.pop((tenant, response_id), None) is not None
+        return self._records.pop((tenant, response_id)) is not None
 
     async def ping(self) -> bool:
         return True

@@ -5,10 +5,10 @@ from __future__ import annotations
 import grpc
 from turnpike.config import GrpcServerSettings, ImageresSettings
 from turnpike.grpc_server import run
+from turnpike.image_resolution import Limits
 from turnpike.imageres.v1 import imageres_pb2, imageres_pb2_grpc
 
 from imageres.proxy import WorkerChannels
-from turnpike.image_resolution import Limits
 from imageres.server import ImageResolverServicer
 
 

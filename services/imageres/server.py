@@ -9,11 +9,11 @@ from contextlib import aclosing
 
 import grpc
 from turnpike.conversation.v1 import conversation_pb2
+from turnpike.image_resolution import Limits, Resolution, resolve_image
 from turnpike.imageres.v1 import imageres_pb2, imageres_pb2_grpc
 from turnpike.inference.v1 import inference_pb2
 
 from imageres.proxy import WorkerChannels, error_event, relay_generate
-from turnpike.image_resolution import Limits, Resolution, resolve_image
 
 log = logging.getLogger(__name__)
 

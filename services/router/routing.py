@@ -17,9 +17,11 @@ the gRPC servicer calls :meth:`WorkerRouter.route`.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from turnpike.lru import LruCache
 
 PROMPT_TOKENS_PER_LOAD_UNIT = 1024
 
@@ -76,8 +78,7 @@ class WorkerRouter:
             raise ValueError("affinity_capacity must be >= 1 and load_window_s > 0")
         self._workers = {w.id: w for w in workers}
         self._order = [w.id for w in workers]
-        self._affinity: OrderedDict[str, str] = OrderedDict()
-        self._affinity_capacity = affinity_capacity
+        self._affinity: LruCache[str, str] = LruCache(affinity_capacity)
         self._window = load_window_s
         self._clock = clock
         self._recent: deque[tuple[float, str, float]] = deque()  # (time, worker, weight)
@@ -104,7 +105,7 @@ class WorkerRouter:
         return self._load[worker_id]
 
     def affinity_of(self, key: str) -> str | None:
-        return self._affinity.get(key)
+        return self._affinity.peek(key)
 
     def route(
         self, affinity_key: str = "", prompt_tokens: int = 0, exclude: Iterable[str] = ()
@@ -112,19 +113,16 @@ class WorkerRouter:
         self._expire()  # once per decision: the window also stays bounded under affinity
         excluded = set(exclude)
         if affinity_key:
-            remembered = self._affinity.get(affinity_key)
+            remembered = self._affinity.peek(affinity_key)
             if remembered is not None:
                 worker = self._workers[remembered]
                 if worker.healthy and worker.id not in excluded:
-                    self._affinity.move_to_end(affinity_key)
+                    self._affinity.get(affinity_key)  # used: now the most recent
                     self._record(worker.id, prompt_tokens)
                     return Decision(worker.id, worker.address, affinity_hit=True)
         worker = self._least_loaded(excluded)
         if affinity_key:
-            self._affinity[affinity_key] = worker.id
-            self._affinity.move_to_end(affinity_key)
-            while len(self._affinity) > self._affinity_capacity:
-                self._affinity.popitem(last=False)
+            self._affinity.put(affinity_key, worker.id)
         self._record(worker.id, prompt_tokens)
         return Decision(worker.id, worker.address, affinity_hit=False)
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from turnpike.conversation.v1.conversation_pb2 import Item
+from turnpike.lru import LruCache
 
 from safety.classifier import ProfanityClassifier
 from safety.detectors import detect_credentials
@@ -71,8 +71,7 @@ class ScoreCache:
     ``analyze`` runs in worker threads."""
 
     def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._entries: OrderedDict[bytes, tuple] = OrderedDict()
+        self._entries: LruCache[bytes, tuple] = LruCache(capacity)
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
@@ -85,17 +84,13 @@ class ScoreCache:
             entry = self._entries.get(key)
             if entry is None:
                 self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
+            else:
+                self.hits += 1
             return entry
 
     def put(self, key: bytes, entry: tuple) -> None:
         with self._lock:
-            self._entries[key] = entry
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._capacity:
-                self._entries.popitem(last=False)
+            self._entries.put(key, entry)
 
 
 class SafetyEngine:

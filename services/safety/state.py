@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
+
+from turnpike.lru import LruCache
 
 from safety.policy import Assessment, Verdict
 
@@ -38,10 +39,7 @@ class ConversationStore:
     forgotten conversation restarts empty on its next incremental call)."""
 
     def __init__(self, max_conversations: int) -> None:
-        if max_conversations < 1:
-            raise ValueError("the safety state needs room for at least one conversation")
-        self._max = max_conversations
-        self._states: OrderedDict[StateKey, ConversationState] = OrderedDict()
+        self._states: LruCache[StateKey, ConversationState] = LruCache(max_conversations)
 
     def __len__(self) -> int:
         return len(self._states)
@@ -50,14 +48,7 @@ class ConversationStore:
         return key in self._states
 
     def get(self, key: StateKey) -> ConversationState:
-        state = self._states.get(key)
-        if state is None:
-            return ConversationState()
-        self._states.move_to_end(key)
-        return state
+        return self._states.get(key) or ConversationState()
 
     def put(self, key: StateKey, state: ConversationState) -> None:
-        self._states[key] = state
-        self._states.move_to_end(key)
-        while len(self._states) > self._max:
-            self._states.popitem(last=False)
+        self._states.put(key, state)
