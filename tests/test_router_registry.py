@@ -12,6 +12,7 @@ from router.registry import (
     load_models,
     parse_models,
 )
+from turnpike.backend_names import BACKEND_NAMES
 
 SIM = {
     "id": "sim-a",
@@ -83,6 +84,12 @@ def test_cerebras_model_gated_on_real_environment(monkeypatch: pytest.MonkeyPatc
     assert "gpt-oss-120b" not in [m.id for m in ModelRegistry(load_models()).models()]
     monkeypatch.setenv("CEREBRAS_API_KEY", "x")
     assert "gpt-oss-120b" in [m.id for m in ModelRegistry(load_models()).models()]
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_every_shared_backend_name_is_accepted(backend: str) -> None:
+    [entry] = parse_models(doc({**SIM, "backend": backend}))
+    assert entry.backend == backend
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """The worker's Cerebras backend: the pure chat mapping, the adapter against a local fake
-of Cerebras' API (``support.cerebras_fake``), backend selection, and a real worker
+of Cerebras' API (``support.cerebras_fake``), its configuration, and a real worker
 process serving a ``backend="cerebras"`` request."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.grpc_client import wait_healthy
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.inference.v1 import inference_pb2_grpc
-from worker.backends import Backends, InvalidRequestError, UnavailableBackend
+from worker.backends import InvalidRequestError
 from worker.cerebras import CerebrasBackend, parse_retry_after
 from worker.chat_mapping import (
     ChunkMapper,
@@ -540,33 +540,7 @@ async def test_unmappable_request_raises_before_any_request(fake, make_backend) 
     assert fake.requests == []
 
 
-# ---- backend selection and configuration ---------------------------------------------
-
-
-class Marker:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    async def generate(self, request):
-        yield pb.GenerateEvent(error=pb.Error(code=self.name))
-
-
-async def test_backend_selection_by_request_backend() -> None:
-    sim, cerebras, special = Marker("sim"), Marker("cerebras"), Marker("special")
-    backends = Backends(
-        default=sim, by_model={"special-model": special}, by_name={"cerebras": cerebras}
-    )
-    assert backends.for_request(request(model="x")) is sim
-    assert backends.for_request(request(model="special-model")) is special  # empty: model map
-    assert backends.for_request(request(model="special-model", backend="simulator")) is sim
-    assert backends.for_request(request(backend="cerebras")) is cerebras
-    with pytest.raises(InvalidRequestError, match="unknown backend 'vllm'"):
-        backends.for_request(request(backend="vllm"))
-
-    unconfigured = Backends(default=sim).for_request(request(backend="cerebras"))
-    assert isinstance(unconfigured, UnavailableBackend)
-    [event] = [e async for e in unconfigured.generate(request())]
-    assert event.error.code == "backend_unavailable" and not event.error.retryable
+# ---- configuration ----------------------------------------------------------------
 
 
 def test_settings_make_the_backend_only_with_a_key(monkeypatch) -> None:

@@ -4,7 +4,8 @@ The file (``models.json`` beside this module unless ``TURNPIKE_MODELS_FILE`` nam
 another) is ``{"models": [entry, ...]}``; each entry has:
 
 - ``id`` (canonical name), ``aliases`` (other names that resolve to it),
-- ``backend``: ``"simulator"`` or ``"cerebras"``, ``owned_by``,
+- ``backend``: one of ``turnpike.backend_names.BACKEND_NAMES`` (``"simulator"``,
+  ``"cerebras"``, ...), ``owned_by``,
 - ``created``: a fixed unix timestamp, shown by ``/v1/models``,
 - ``context_window`` and ``max_output_tokens`` (tokens),
 - ``tokens_per_second`` (decode speed), ``ttft_ms`` (fixed time to first token) and
@@ -32,8 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from turnpike.backend_names import BACKEND_NAMES
+
 DEFAULT_MODELS_FILE = Path(__file__).with_name("models.json")
-BACKENDS = ("simulator", "cerebras")
 
 
 class RegistryError(ValueError):
@@ -100,8 +102,8 @@ def _parse_entry(raw: Any, where: str) -> ModelEntry:
     aliases = raw.get("aliases", [])
     if not all(isinstance(a, str) and a.strip() for a in aliases):
         raise RegistryError(f"{where}: 'aliases' must be a list of non-empty strings")
-    if raw["backend"] not in BACKENDS:
-        raise RegistryError(f"{where}: 'backend' must be one of {', '.join(BACKENDS)}")
+    if raw["backend"] not in BACKEND_NAMES:
+        raise RegistryError(f"{where}: 'backend' must be one of {', '.join(BACKEND_NAMES)}")
     for name in (
         "context_window",
         "max_output_tokens",

@@ -8,6 +8,7 @@ import sys
 
 import grpc
 from turnpike import grpc_server
+from turnpike.backend_names import CEREBRAS, SIMULATOR
 from turnpike.config import GrpcServerSettings, WorkerSettings
 from turnpike.inference.v1 import inference_pb2_grpc
 from turnpike.vocab import harmony_encoding
@@ -46,8 +47,8 @@ def main() -> None:
         "configured" if cerebras else "off (CEREBRAS_API_KEY not set)",
     )
     by_name: dict[str, Backend] = {
-        "simulator": simulator,
-        "cerebras": cerebras
+        SIMULATOR: simulator,
+        CEREBRAS: cerebras
         or UnavailableBackend(
             "The cerebras backend is not configured on this worker (CEREBRAS_API_KEY is not set)."
         ),
@@ -55,7 +56,7 @@ def main() -> None:
 
     def register(server: grpc.aio.Server) -> None:
         inference_pb2_grpc.add_InferenceServicer_to_server(
-            InferenceServicer(Backends(default=simulator, by_name=by_name)), server
+            InferenceServicer(Backends(by_name)), server
         )
 
     async def on_shutdown() -> None:
