@@ -24,7 +24,8 @@ from turnpike.grpc_client import wait_healthy
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.inference.v1 import inference_pb2_grpc
 from worker.backends import InvalidRequestError
-from worker.cerebras import CerebrasBackend, parse_retry_after
+from worker.cerebras import CerebrasBackend
+from worker.chat_backend import parse_retry_after
 from worker.chat_mapping import (
     ChunkMapper,
     MappingError,
