@@ -11,5 +11,6 @@ from __future__ import annotations
 
 SIMULATOR = "simulator"  # the CPU simulator, on every worker
 CEREBRAS = "cerebras"  # Cerebras' hosted API (its SDK)
+OPENAI_COMPATIBLE = "openai-compatible"  # a chat completions server: vLLM, SGLang, ...
 
-BACKEND_NAMES = (SIMULATOR, CEREBRAS)
+BACKEND_NAMES = (SIMULATOR, CEREBRAS, OPENAI_COMPATIBLE)

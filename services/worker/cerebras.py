@@ -1,6 +1,6 @@
 """The Cerebras backend: a hosted model behind Cerebras' chat completions API, called
 with Cerebras' own SDK (``AsyncCerebras``). Retries, failures, timings and cancellation
-are ``chat_backend``'s; this says how to call the SDK and read what it raises.
+are ``chat_backend``'s; this builds the SDK's client and reads what it raises.
 
 The model id is sent as is: a model served here must be registered under Cerebras'
 own id (e.g. ``gpt-oss-120b``).
@@ -18,14 +18,7 @@ from typing import Any
 from cerebras.cloud.sdk import APIConnectionError, APIStatusError, AsyncCerebras
 from turnpike.config import WorkerSettings
 
-from worker.chat_backend import (
-    ChatBackend,
-    ChatStream,
-    ReportedTimings,
-    UpstreamError,
-    body_message,
-    describe,
-)
+from worker.chat_backend import ChatBackend, ReportedTimings, UpstreamError, check_limits, sdk_error
 
 # The SDK's own default; passed explicitly because the SDK would take a set-but-empty
 # CEREBRAS_BASE_URL from the environment as the base URL itself.
@@ -35,19 +28,14 @@ DEFAULT_BASE_URL = "https://api.cerebras.ai"
 class CerebrasBackend(ChatBackend):
     label = "Cerebras"
 
-    def __init__(self, worker_id: str, client: AsyncCerebras, **kwargs: Any) -> None:
-        super().__init__(worker_id, **kwargs)
-        self._client = client
-
     @classmethod
     def from_settings(cls, settings: WorkerSettings) -> CerebrasBackend | None:
         """The backend, or None when no API key is configured."""
         if not settings.cerebras_api_key:
             return None
-        if settings.cerebras_timeout_s <= 0:
-            raise ValueError("TURNPIKE_CEREBRAS_TIMEOUT_S must be > 0")
-        if settings.cerebras_max_retries < 0:
-            raise ValueError("TURNPIKE_CEREBRAS_MAX_RETRIES must be >= 0")
+        check_limits(
+            "TURNPIKE_CEREBRAS", settings.cerebras_timeout_s, settings.cerebras_max_retries
+        )
         client = AsyncCerebras(
             api_key=settings.cerebras_api_key,
             base_url=settings.cerebras_base_url or DEFAULT_BASE_URL,
@@ -58,22 +46,10 @@ class CerebrasBackend(ChatBackend):
         )
         return cls(settings.worker_id, client, max_retries=settings.cerebras_max_retries)
 
-    async def aclose(self) -> None:
-        await self._client.close()
-
-    async def open_stream(self, params: dict[str, Any]) -> ChatStream:
-        return await self._client.chat.completions.create(**params)
-
     def read_error(self, exc: Exception) -> UpstreamError | None:
-        if isinstance(exc, APIStatusError):
-            # An in-stream error's status is the payload's ``status_code``; the SDK
-            # puts it in ``status_code`` either way.
-            return UpstreamError(
-                body_message(exc.body, exc.message), exc.status_code, exc.response.headers
-            )
-        if isinstance(exc, APIConnectionError):
-            return UpstreamError(describe(exc), unreachable=True)
-        return None
+        # An in-stream error is an APIStatusError too: the SDK takes its status from
+        # the payload's ``status_code``.
+        return sdk_error(exc, APIStatusError, APIConnectionError)
 
     def reported_timings(self, chunk: Mapping[str, Any]) -> ReportedTimings | None:
         info = chunk.get("time_info")

@@ -1,7 +1,7 @@
 """A backend behind a chat completions API (Cerebras, or any OpenAI-compatible server),
 streamed into the Inference contract. This is what every such backend does the same
-way; a subclass only builds its SDK's call and reads its SDK's exceptions (and any
-timings the backend reports). The request and chunk mapping is ``chat_mapping`` (pure).
+way; a subclass builds its SDK's client and reads its SDK's exceptions (and any timings
+the backend reports). The request and chunk mapping is ``chat_mapping`` (pure).
 
 Rate limits: the SDKs' own retry is off (``max_retries=0`` on the client). It would
 also retry 5xx and connection failures without telling us, and it ignores a
@@ -66,6 +66,15 @@ class ChatStream(Protocol):
     async def close(self) -> None: ...
 
 
+class ChatClient(Protocol):
+    """What both SDKs' async clients offer: ``chat.completions.create`` and ``close``."""
+
+    @property
+    def chat(self) -> Any: ...
+
+    async def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class UpstreamError:
     """An SDK's exception as this module needs it, read by the backend's class."""
@@ -104,6 +113,7 @@ class ChatBackend(ABC):
     def __init__(
         self,
         worker_id: str,
+        client: ChatClient,
         *,
         max_retries: int = 3,
         max_retry_delay_s: float = MAX_RETRY_DELAY_S,
@@ -116,15 +126,12 @@ class ChatBackend(ABC):
         self.worker_id = worker_id
         self.max_retries = max_retries
         self.max_retry_delay_s = max_retry_delay_s
+        self._client = client
         self._clock = clock
         self._sleep = sleep
         self._rng = rng or random.Random()
 
     # -- what a backend says ---------------------------------------------------------
-
-    @abstractmethod
-    async def open_stream(self, params: dict[str, Any]) -> ChatStream:
-        """Call ``chat.completions.create(**params)`` (``params`` ask for a stream)."""
 
     @abstractmethod
     def read_error(self, exc: Exception) -> UpstreamError | None:
@@ -134,8 +141,12 @@ class ChatBackend(ABC):
         """Timings the backend put in this chunk, if it reports any."""
         return None
 
-    @abstractmethod
-    async def aclose(self) -> None: ...
+    async def open_stream(self, params: dict[str, Any]) -> ChatStream:
+        """The SDK's call (``params`` ask for a stream)."""
+        return await self._client.chat.completions.create(**params)
+
+    async def aclose(self) -> None:
+        await self._client.close()
 
     # -- the stream ------------------------------------------------------------------
 
@@ -277,6 +288,27 @@ class ChatBackend(ABC):
             return min(max(0.0, retry_after_s), self.max_retry_delay_s)
         backoff = min(INITIAL_BACKOFF_S * 2**retries_done, self.max_retry_delay_s)
         return backoff * (1 - 0.25 * self._rng.random())
+
+
+def check_limits(prefix: str, timeout_s: float, max_retries: int) -> None:
+    """Settings no backend can run with, named by their variables (``prefix``_...)."""
+    if timeout_s <= 0:
+        raise ValueError(f"{prefix}_TIMEOUT_S must be > 0")
+    if max_retries < 0:
+        raise ValueError(f"{prefix}_MAX_RETRIES must be >= 0")
+
+
+def sdk_error(exc: Any, status_error: type, connection_error: type) -> UpstreamError | None:
+    """Both SDKs are generated alike: ``status_error`` (an HTTP error, or an in-stream
+    one the SDK gives a status) has ``status_code``, ``response.headers`` and ``body``;
+    ``connection_error`` means no answer came."""
+    if isinstance(exc, status_error):
+        return UpstreamError(
+            body_message(exc.body, exc.message), exc.status_code, exc.response.headers
+        )
+    if isinstance(exc, connection_error):
+        return UpstreamError(describe(exc), unreachable=True)
+    return None
 
 
 def parse_retry_after(
