@@ -10,15 +10,18 @@ another) is ``{"models": [entry, ...]}``; each entry has:
 - ``context_window`` and ``max_output_tokens`` (tokens),
 - ``tokens_per_second`` (decode speed), ``ttft_ms`` (fixed time to first token) and
   ``prefill_tokens_per_second`` (prompt tokens not in the worker's prefix cache):
-  the simulator's model time. Cerebras entries carry them too, so they can be
+  the simulator's model time. Hosted entries carry them too, so they can be
   simulated while no hosted adapter serves them.
 - optional ``requires_env``: the model is listed and resolvable only while that
-  environment variable is set and non-empty (hosted models need their API key).
+  environment variable is set and non-empty (hosted models need their API key, a
+  self-hosted server its base URL).
 
 The shipped defaults: ``turnpike-sim`` (1000 tok/s, the fast model's target),
 ``turnpike-sim-65`` (the earlier flagship speed) and ``turnpike-sim-4000`` (the fast
-model's bursts), all with a 50 ms fixed TTFT and 20,000 tok/s prefill; and
-``gpt-oss-120b`` on Cerebras, gated on ``CEREBRAS_API_KEY``.
+model's bursts), all with a 50 ms fixed TTFT and 20,000 tok/s prefill;
+``gpt-oss-120b`` on Cerebras, gated on ``CEREBRAS_API_KEY``; and ``self-hosted`` on
+the OpenAI-compatible backend (a vLLM, SGLang or llama.cpp server), gated on
+``TURNPIKE_OPENAI_COMPAT_BASE_URL``.
 
 The file is validated in full at load, so a typo fails at start-up with a message
 naming the entry and field, never at the first request.
