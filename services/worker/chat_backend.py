@@ -44,7 +44,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import httpx
 from turnpike.inference.v1 import inference_pb2 as pb
@@ -106,9 +106,10 @@ class Failure:
 
 
 class ChatBackend(ABC):
-    """``generate`` for a chat completions backend; subclasses fill in the SDK."""
+    """``generate`` for a chat completions backend. A subclass sets ``label``, builds its
+    SDK's client (``from_settings``) and reads its SDK's errors (``read_error``)."""
 
-    label = "The backend"  # names the backend in error messages and logs
+    label: ClassVar[str]  # names the backend in error messages and logs ("Cerebras")
 
     def __init__(
         self,
