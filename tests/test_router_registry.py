@@ -12,6 +12,7 @@ from router.registry import (
     load_models,
     parse_models,
 )
+from turnpike.backend_names import BACKEND_NAMES
 
 SIM = {
     "id": "sim-a",
@@ -33,15 +34,23 @@ def doc(*entries: dict) -> dict:
 
 
 def test_default_file_has_the_documented_models() -> None:
-    registry = ModelRegistry(load_models(), env={"CEREBRAS_API_KEY": "k"})
+    env = {"CEREBRAS_API_KEY": "k", "TURNPIKE_OPENAI_COMPAT_BASE_URL": "http://vllm:8000/v1"}
+    registry = ModelRegistry(load_models(), env=env)
     ids = [m.id for m in registry.models()]
-    assert ids == ["turnpike-sim", "turnpike-sim-65", "turnpike-sim-4000", "gpt-oss-120b"]
+    assert ids == [
+        "turnpike-sim",
+        "turnpike-sim-65",
+        "turnpike-sim-4000",
+        "gpt-oss-120b",
+        "self-hosted",
+    ]
     speeds = {m.id: m.tokens_per_second for m in registry.models()}
     assert speeds["turnpike-sim"] == 1000
     assert speeds["turnpike-sim-65"] == 65
     assert speeds["turnpike-sim-4000"] == 4000
     assert registry.resolve("turnpike-sim-1000").id == "turnpike-sim"
     assert registry.resolve("gpt-oss-120b").backend == "cerebras"
+    assert registry.resolve("self-hosted").backend == "openai-compatible"
     for model in registry.models():
         assert model.context_window == 131072 and model.created > 0
 
@@ -78,11 +87,26 @@ def test_env_gated_model_hidden_without_its_variable() -> None:
     assert with_key.resolve("h").id == "hosted"
 
 
-def test_cerebras_model_gated_on_real_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CEREBRAS_API_KEY", raising=False)
-    assert "gpt-oss-120b" not in [m.id for m in ModelRegistry(load_models()).models()]
-    monkeypatch.setenv("CEREBRAS_API_KEY", "x")
-    assert "gpt-oss-120b" in [m.id for m in ModelRegistry(load_models()).models()]
+@pytest.mark.parametrize(
+    ("model", "variable"),
+    [
+        ("gpt-oss-120b", "CEREBRAS_API_KEY"),
+        ("self-hosted", "TURNPIKE_OPENAI_COMPAT_BASE_URL"),
+    ],
+)
+def test_hosted_models_gated_on_real_environment(
+    monkeypatch: pytest.MonkeyPatch, model: str, variable: str
+) -> None:
+    monkeypatch.delenv(variable, raising=False)
+    assert model not in [m.id for m in ModelRegistry(load_models()).models()]
+    monkeypatch.setenv(variable, "x")
+    assert model in [m.id for m in ModelRegistry(load_models()).models()]
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_every_shared_backend_name_is_accepted(backend: str) -> None:
+    [entry] = parse_models(doc({**SIM, "backend": backend}))
+    assert entry.backend == backend
 
 
 @pytest.mark.parametrize(

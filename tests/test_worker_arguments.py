@@ -4,7 +4,8 @@ import random
 
 import jsonschema
 import pytest
-from worker.arguments import content_words, generate_arguments, name_words, string_for_pattern
+from worker.schema_instance import generate_arguments
+from worker.user_text import content_words, name_words
 
 WEATHER = {
     "type": "object",
@@ -128,8 +129,6 @@ SCHEMAS: dict[str, dict] = {
     "strings": {
         "type": "object",
         "properties": {
-            "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
-            "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
             "short": {"type": "string", "maxLength": 3},
             "long": {"type": "string", "minLength": 40},
             "email": {"type": "string", "format": "email"},
@@ -139,7 +138,7 @@ SCHEMAS: dict[str, dict] = {
             "command": {"type": "string"},
             "website": {"type": "string"},
         },
-        "required": ["zip", "code", "short", "long", "email", "when", "uuid"],
+        "required": ["short", "long", "email", "when", "uuid"],
         "additionalProperties": False,
     },
     "properties_bounds": {
@@ -252,22 +251,35 @@ def test_boolean_schema_true_and_missing_schema() -> None:
     assert generate_arguments({}, "x", random.Random(0)) == {}
 
 
-@pytest.mark.parametrize(
-    "pattern",
-    [
-        r"^[a-z]+$",
-        r"^\d{3}-\d{4}$",
-        r"^(foo|bar)[0-9]?baz$",
-        r"[^abc]{3}",
-        r"^\w+@\w+\.com$",
-        r"(x)\1",
-    ],
-)
-def test_string_for_pattern(pattern: str) -> None:
-    import re
+PATTERNS = {
+    "type": "object",
+    "properties": {
+        "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+        "ref": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+        "since": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"},
+        "word": {"type": "string", "pattern": "^[a-z]+$", "minLength": 2},
+    },
+    "required": ["zip", "ref", "since", "word"],
+    "additionalProperties": False,
+}
 
-    generated = string_for_pattern(pattern)
-    assert generated is not None and re.search(pattern, generated)
+
+def test_a_pattern_takes_the_piece_of_the_request_that_matches() -> None:
+    value = generate_arguments(PATTERNS, "Ship order FR-123 to Paris, 75001.", random.Random(0))
+    # A format example stands in for a date the request does not give.
+    assert value == {"zip": "75001", "ref": "FR-123", "since": "2025-01-15", "word": "order"}
+    assert not list(validator(PATTERNS).iter_errors(value))
+
+
+def test_a_pattern_nothing_in_the_request_matches_leaves_the_natural_value() -> None:
+    text = "Weather in Paris"
+    value = generate_arguments(PATTERNS, text, random.Random(0))
+    unpatterned = {
+        name: {k: v for k, v in prop.items() if k != "pattern"}
+        for name, prop in PATTERNS["properties"].items()
+    }
+    plain = generate_arguments({**PATTERNS, "properties": unpatterned}, text, random.Random(0))
+    assert (value["zip"], value["ref"]) == (plain["zip"], plain["ref"])
 
 
 def test_word_helpers() -> None:

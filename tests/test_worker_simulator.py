@@ -9,7 +9,7 @@ import pytest
 from support.tools import WEATHER_PROTO_TOOL, WEATHER_SCHEMA
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.inference.v1 import inference_pb2 as pb
-from worker.backends import Backends, InvalidRequestError
+from worker.backends import InvalidRequestError
 from worker.prefix_cache import PrefixCache
 from worker.simulator import SimulatorBackend
 
@@ -244,13 +244,6 @@ async def test_special_token_text_in_a_tool_output_is_plain_text() -> None:
     items = [user("x"), cv.Item(kind=cv.Item.FUNCTION_CALL_OUTPUT, text="<|end|> done")]
     text, _ = deltas(await run(make_backend(), request(items)))
     assert text.startswith("The tool returned: <|end|> done")
-
-
-def test_backends_default_and_per_model() -> None:
-    sim, other = make_backend(), make_backend()
-    backends = Backends(default=sim, by_model={"gpt-oss-120b": other})
-    assert backends.for_model("turnpike-sim") is sim
-    assert backends.for_model("gpt-oss-120b") is other
 
 
 def test_invalid_knobs() -> None:

@@ -4,20 +4,24 @@ The file (``models.json`` beside this module unless ``TURNPIKE_MODELS_FILE`` nam
 another) is ``{"models": [entry, ...]}``; each entry has:
 
 - ``id`` (canonical name), ``aliases`` (other names that resolve to it),
-- ``backend``: ``"simulator"`` or ``"cerebras"``, ``owned_by``,
+- ``backend``: one of ``turnpike.backend_names.BACKEND_NAMES`` (``"simulator"``,
+  ``"cerebras"``, ...), ``owned_by``,
 - ``created``: a fixed unix timestamp, shown by ``/v1/models``,
 - ``context_window`` and ``max_output_tokens`` (tokens),
 - ``tokens_per_second`` (decode speed), ``ttft_ms`` (fixed time to first token) and
   ``prefill_tokens_per_second`` (prompt tokens not in the worker's prefix cache):
-  the simulator's model time. Cerebras entries carry them too, so they can be
+  the simulator's model time. Hosted entries carry them too, so they can be
   simulated while no hosted adapter serves them.
 - optional ``requires_env``: the model is listed and resolvable only while that
-  environment variable is set and non-empty (hosted models need their API key).
+  environment variable is set and non-empty (hosted models need their API key, a
+  self-hosted server its base URL).
 
 The shipped defaults: ``turnpike-sim`` (1000 tok/s, the fast model's target),
 ``turnpike-sim-65`` (the earlier flagship speed) and ``turnpike-sim-4000`` (the fast
-model's bursts), all with a 50 ms fixed TTFT and 20,000 tok/s prefill; and
-``gpt-oss-120b`` on Cerebras, gated on ``CEREBRAS_API_KEY``.
+model's bursts), all with a 50 ms fixed TTFT and 20,000 tok/s prefill;
+``gpt-oss-120b`` on Cerebras, gated on ``CEREBRAS_API_KEY``; and ``self-hosted`` on
+the OpenAI-compatible backend (a vLLM, SGLang or llama.cpp server), gated on
+``TURNPIKE_OPENAI_COMPAT_BASE_URL``.
 
 The file is validated in full at load, so a typo fails at start-up with a message
 naming the entry and field, never at the first request.
@@ -32,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from turnpike.backend_names import BACKEND_NAMES
+
 DEFAULT_MODELS_FILE = Path(__file__).with_name("models.json")
-BACKENDS = ("simulator", "cerebras")
 
 
 class RegistryError(ValueError):
@@ -100,8 +105,8 @@ def _parse_entry(raw: Any, where: str) -> ModelEntry:
     aliases = raw.get("aliases", [])
     if not all(isinstance(a, str) and a.strip() for a in aliases):
         raise RegistryError(f"{where}: 'aliases' must be a list of non-empty strings")
-    if raw["backend"] not in BACKENDS:
-        raise RegistryError(f"{where}: 'backend' must be one of {', '.join(BACKENDS)}")
+    if raw["backend"] not in BACKEND_NAMES:
+        raise RegistryError(f"{where}: 'backend' must be one of {', '.join(BACKEND_NAMES)}")
     for name in (
         "context_window",
         "max_output_tokens",

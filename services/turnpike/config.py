@@ -181,6 +181,26 @@ class WorkerSettings:
     cerebras_timeout_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_CEREBRAS_TIMEOUT_S", 60.0)
     )
+    # The OpenAI-compatible backend (a vLLM, SGLang or llama.cpp server) exists only when
+    # its base URL is set, with the /v1 (http://vllm:8000/v1). The key may stay empty for
+    # a server started without one. The model is the server's name for it; empty: the
+    # router's model id is sent as is.
+    openai_compat_base_url: str = field(
+        default_factory=lambda: env_str("TURNPIKE_OPENAI_COMPAT_BASE_URL", "")
+    )
+    openai_compat_api_key: str = field(
+        default_factory=lambda: env_str("TURNPIKE_OPENAI_COMPAT_API_KEY", ""), repr=False
+    )
+    openai_compat_model: str = field(
+        default_factory=lambda: env_str("TURNPIKE_OPENAI_COMPAT_MODEL", "")
+    )
+    # As for Cerebras: retries of a 429 before the first output; the wait bound per read.
+    openai_compat_max_retries: int = field(
+        default_factory=lambda: env_int("TURNPIKE_OPENAI_COMPAT_MAX_RETRIES", 3)
+    )
+    openai_compat_timeout_s: float = field(
+        default_factory=lambda: env_float("TURNPIKE_OPENAI_COMPAT_TIMEOUT_S", 60.0)
+    )
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""``python -m worker``: an inference worker as a gRPC service: the CPU simulator, and
-the Cerebras backend when ``CEREBRAS_API_KEY`` is set."""
+"""``python -m worker``: an inference worker as a gRPC service: the CPU simulator, the
+Cerebras backend when ``CEREBRAS_API_KEY`` is set, and the OpenAI-compatible backend
+when ``TURNPIKE_OPENAI_COMPAT_BASE_URL`` is set."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import sys
 
 import grpc
 from turnpike import grpc_server
+from turnpike.backend_names import CEREBRAS, OPENAI_COMPATIBLE, SIMULATOR
 from turnpike.config import GrpcServerSettings, WorkerSettings
 from turnpike.inference.v1 import inference_pb2_grpc
 from turnpike.vocab import harmony_encoding
 
 from worker.backends import Backend, Backends, UnavailableBackend
 from worker.cerebras import CerebrasBackend
+from worker.openai_compatible import OpenAICompatibleBackend
 from worker.prefix_cache import PrefixCache
 from worker.server import SERVICE_NAME, InferenceServicer
 from worker.simulator import SimulatorBackend
@@ -33,34 +36,43 @@ def main() -> None:
             encoding=harmony_encoding(),  # load the vocabulary before serving
         )
         cerebras = CerebrasBackend.from_settings(settings)
+        openai_compatible = OpenAICompatibleBackend.from_settings(settings)
     except ValueError as exc:
         print(f"worker: configuration error: {exc}", file=sys.stderr)
         sys.exit(2)
     log.info(
         "worker %s: prefix cache %d tokens, error rate %.2f, stall after %d tokens, "
-        "cerebras backend %s",
+        "cerebras backend %s, openai-compatible backend %s",
         settings.worker_id,
         settings.cache_tokens,
         settings.error_rate,
         settings.stall_after_tokens,
         "configured" if cerebras else "off (CEREBRAS_API_KEY not set)",
+        "configured" if openai_compatible else "off (TURNPIKE_OPENAI_COMPAT_BASE_URL not set)",
     )
     by_name: dict[str, Backend] = {
-        "simulator": simulator,
-        "cerebras": cerebras
+        SIMULATOR: simulator,
+        CEREBRAS: cerebras
         or UnavailableBackend(
             "The cerebras backend is not configured on this worker (CEREBRAS_API_KEY is not set)."
+        ),
+        OPENAI_COMPATIBLE: openai_compatible
+        or UnavailableBackend(
+            "The openai-compatible backend is not configured on this worker "
+            "(TURNPIKE_OPENAI_COMPAT_BASE_URL is not set)."
         ),
     }
 
     def register(server: grpc.aio.Server) -> None:
         inference_pb2_grpc.add_InferenceServicer_to_server(
-            InferenceServicer(Backends(default=simulator, by_name=by_name)), server
+            InferenceServicer(Backends(by_name)), server
         )
 
     async def on_shutdown() -> None:
         if cerebras is not None:
             await cerebras.aclose()
+        if openai_compatible is not None:
+            await openai_compatible.aclose()
 
     grpc_server.run(
         "worker",

@@ -15,7 +15,9 @@ It reads the structured conversation, like a model would:
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,7 +25,8 @@ from typing import Any
 
 from turnpike.conversation.v1 import conversation_pb2
 
-from worker.arguments import content_words, generate_arguments, name_words, stable_rng
+from worker.schema_instance import generate_arguments
+from worker.user_text import content_words, name_words
 
 Item = conversation_pb2.Item
 OUTPUT_SNIPPET_CHARS = 200
@@ -71,6 +74,13 @@ def plan_answer(
         tool = choose_tool(tools, choice, user_text, seed)
         return FunctionCallAnswer(tool.name, tool_arguments(tool, user_text, seed))
     return MessageAnswer(pseudo_text(user_text, seed, count_tokens))
+
+
+def stable_rng(*parts: object) -> random.Random:
+    """The same answer for the same request and seed, across processes (``hash`` is
+    salted per process)."""
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return random.Random(int.from_bytes(digest, "big"))
 
 
 def last_user_text(items: Sequence[conversation_pb2.Item]) -> str:

@@ -4,9 +4,9 @@ A backend turns one ``GenerateRequest`` into the event stream of the Inference
 contract: (ItemStarted, Delta*, ItemDone)* then exactly one Finished or Error.
 
 A request names its backend (``GenerateRequest.backend``, from the router's model
-registry): ``"simulator"`` (the CPU simulator) or ``"cerebras"`` (the hosted adapter).
-An empty name falls back to the per-model map, then to the default (the simulator),
-so callers that predate the field keep working.
+registry; the gateway always sets it). An empty name is the simulator: it is the
+field's default, and the simulator is the one backend every worker has, so a caller
+that builds its own requests (a benchmark, a test) need not name it.
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 
+from turnpike.backend_names import BACKEND_NAMES, SIMULATOR
 from turnpike.inference.v1 import inference_pb2
-
-# Every backend name a request may carry (the router's registry accepts the same).
-KNOWN_BACKENDS = ("simulator", "cerebras")
 
 
 class InvalidRequestError(ValueError):
@@ -55,34 +53,22 @@ def error_event(code: str, message: str, *, retryable: bool) -> inference_pb2.Ge
 
 
 class Backends:
-    """Backend name -> backend, plus model id -> backend for requests without a name,
-    with a default for everything else."""
+    """Backend name -> backend; the simulator must be among them."""
 
-    def __init__(
-        self,
-        default: Backend,
-        by_model: Mapping[str, Backend] | None = None,
-        by_name: Mapping[str, Backend] | None = None,
-    ) -> None:
-        self._default = default
-        self._by_model = dict(by_model or {})
-        self._by_name = dict(by_name or {})
-
-    def for_model(self, model: str) -> Backend:
-        return self._by_model.get(model, self._default)
+    def __init__(self, by_name: Mapping[str, Backend]) -> None:
+        if SIMULATOR not in by_name:
+            raise ValueError("every worker serves the simulator backend")
+        self._by_name = dict(by_name)
 
     def for_request(self, request: inference_pb2.GenerateRequest) -> Backend:
         """The backend named by the request; raises ``InvalidRequestError`` for a name
         that is not a backend at all."""
-        name = request.backend
-        if not name:
-            return self.for_model(request.model)
-        if name in self._by_name:
-            return self._by_name[name]
-        if name == "simulator":
-            return self._default
-        if name in KNOWN_BACKENDS:
+        name = request.backend or SIMULATOR
+        backend = self._by_name.get(name)
+        if backend is not None:
+            return backend
+        if name in BACKEND_NAMES:
             return UnavailableBackend(f"The {name} backend is not available on this worker.")
         raise InvalidRequestError(
-            f"unknown backend {name!r}; expected one of: {', '.join(KNOWN_BACKENDS)}"
+            f"unknown backend {name!r}; expected one of: {', '.join(BACKEND_NAMES)}"
         )

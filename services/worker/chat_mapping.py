@@ -1,11 +1,12 @@
-"""Pure mapping between the Inference contract and an OpenAI-compatible chat API
-(Cerebras' ``/v1/chat/completions``): requests out, streamed chunks back. No I/O.
+"""Pure mapping between the Inference contract and an OpenAI-compatible chat completions
+API (``/v1/chat/completions``: Cerebras, vLLM, SGLang, llama.cpp's server): requests
+out, streamed chunks back. No I/O.
 
 Request (``chat_params``):
 
 - ``instructions`` -> a leading ``system`` message;
-- MESSAGE items keep their role, except ``developer`` -> ``system``: Cerebras does not
-  expose a developer role; its system messages already act at the developer level;
+- MESSAGE items keep their role, except ``developer`` -> ``system``: the chat API has
+  no developer role everywhere (Cerebras has none); system messages act at that level;
 - input images of a message -> ``image_url`` content parts beside its text (images given
   only by ``file_id`` cannot be forwarded and are rejected);
 - a run of consecutive FUNCTION_CALL items -> ONE assistant message with ``tool_calls``;
@@ -209,7 +210,6 @@ class ChunkMapper:
         self.delta_tokens = 0
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
-        self.time_info: dict[str, Any] | None = None
         self._open: str | None = None  # "message" | "call"
         self._call_index: int | None = None
         self._closed_calls: set[int] = set()
@@ -218,8 +218,6 @@ class ChunkMapper:
     def feed(self, chunk: dict[str, Any]) -> list[pb.GenerateEvent]:
         if chunk.get("usage"):
             self.usage = chunk["usage"]
-        if chunk.get("time_info"):
-            self.time_info = chunk["time_info"]
         events: list[pb.GenerateEvent] = []
         for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:

@@ -37,7 +37,7 @@ ROOTS = {
     ],
     "safety": ["alt-profanity-check"],
     "tokenizer": ["openai-harmony", "bpe-openai"],
-    "worker": ["openai-harmony", "bpe-openai", "cerebras-cloud-sdk"],
+    "worker": ["openai-harmony", "bpe-openai", "cerebras-cloud-sdk", "openai"],
     "imageres": ["pillow"],
     "router": [],
     "billing": [],

@@ -1,27 +1,37 @@
-"""A local stand-in for Cerebras' chat completions API, for the worker's Cerebras tests.
+"""A local stand-in for a chat completions API, for the worker's chat backends: Cerebras'
+API (``flavour="cerebras"``, for the Cerebras SDK, whose base URL is ``base_url``) or an
+OpenAI-compatible server as vLLM runs it (``flavour="vllm"``, for the ``openai`` SDK,
+whose base URL is ``base_url + "/v1"``).
 
-It speaks the streaming wire format the Cerebras SDK parses (``POST
-/v1/chat/completions``; the SDK joins its base URL, the host root, with that path):
+Both speak the same streaming wire format (``POST /v1/chat/completions``):
 
 - ``text/event-stream``; one ``data: <chat.completion.chunk JSON>`` event per chunk,
   each ended by a blank line; the last event ``data: [DONE]``;
 - chunk: ``id``, ``object: "chat.completion.chunk"``, ``created``, ``model``,
   ``system_fingerprint``, ``choices: [{index: 0, delta: {...}, finish_reason?}]``; the
-  first delta is ``{"role": "assistant"}``; the final chunk has ``finish_reason`` with
-  an empty delta, plus ``usage`` (``prompt_tokens``, ``completion_tokens``,
-  ``total_tokens``, ``prompt_tokens_details.cached_tokens``) and ``time_info``
-  (``queue_time``, ``prompt_time``, ``completion_time``, ``total_time`` in seconds, and
-  ``created``);
+  first delta is ``{"role": "assistant"}``; then a chunk with ``finish_reason`` and an
+  empty delta; ``usage`` (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
+  ``prompt_tokens_details.cached_tokens``);
 - tool calls in ``delta.tool_calls[]``: ``index``, ``id``, ``type: "function"``,
   ``function: {name, arguments}`` on an index's first fragment, later fragments only
   ``index`` and ``function.arguments``;
-- an in-stream failure is a ``data: {"error": {message, type, code}, "status_code": N}``
-  event (the SDK raises the status error for N), and the stream ends there;
-- HTTP errors have a JSON body ``{message, type, param, code}``; 429s may carry
-  ``retry-after`` / ``retry-after-ms``.
+- 429s may carry ``retry-after`` / ``retry-after-ms``.
+
+Where the two differ:
+
+- Cerebras puts ``usage`` on the finishing chunk, with its ``time_info`` (``queue_time``,
+  ``prompt_time``, ``completion_time``, ``total_time`` in seconds, and ``created``);
+  vLLM sends ``usage`` in a last chunk of its own with ``choices: []``, and no timings;
+- an in-stream failure: Cerebras sends ``data: {"error": {message, type, code},
+  "status_code": N}`` (its SDK raises the status error for N); vLLM sends ``data:
+  {"error": {message, type, param, code: N}}`` (the ``openai`` SDK raises an
+  ``APIError``); the stream ends there;
+- HTTP error bodies: Cerebras' are ``{message, type, param, code}``; vLLM wraps them
+  as ``{"error": {message, type, param, code: N}}``.
 
 The scenario is the request's ``model`` (see ``SCENARIOS``). Requests are checked
-against ``api_key`` (``Authorization: Bearer <key>``; 401 otherwise) and recorded in
+against ``api_key`` (``Authorization: Bearer <key>``; 401 otherwise; None checks
+nothing) and recorded in
 ``requests`` so tests can assert what the adapter sent.
 """
 
@@ -42,6 +52,9 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+CEREBRAS = "cerebras"
+VLLM = "vllm"
 
 TEXT = ["Hello", ", world", "!"]
 CALL_ID = "9f1c2e7a4"
@@ -101,8 +114,9 @@ class RecordedRequest:
 
 
 @dataclass
-class CerebrasFake:
-    api_key: str = "test"
+class ChatCompletionsFake:
+    api_key: str | None = "test"  # None: no key asked (a server started without one)
+    flavour: str = CEREBRAS
     requests: list[RecordedRequest] = field(default_factory=list)
     disconnects: list[str] = field(default_factory=list)  # streams the client cut
     rate_limit_failures: int = 1
@@ -117,7 +131,7 @@ class CerebrasFake:
 
     # ---- lifecycle ----
 
-    def start(self) -> CerebrasFake:
+    def start(self) -> ChatCompletionsFake:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -133,7 +147,7 @@ class CerebrasFake:
         deadline = time.monotonic() + 10
         while not self._server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the Cerebras fake did not start")
+                raise RuntimeError("the chat completions fake did not start")
             time.sleep(0.01)
         return self
 
@@ -150,7 +164,7 @@ class CerebrasFake:
         self.rate_limit_failures = 1
         self.rate_limit_headers = {"retry-after-ms": "200"}
 
-    def __enter__(self) -> CerebrasFake:
+    def __enter__(self) -> ChatCompletionsFake:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -161,15 +175,17 @@ class CerebrasFake:
     async def _chat(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append(RecordedRequest(body=body, headers=dict(request.headers)))
-        if request.headers.get("authorization") != f"Bearer {self.api_key}":
-            return _api_error(401, "Wrong API Key", "invalid_request_error", "wrong_api_key")
+        if self.api_key is not None and (
+            request.headers.get("authorization") != f"Bearer {self.api_key}"
+        ):
+            return self._api_error(401, "Wrong API Key", "invalid_request_error", "wrong_api_key")
         model = body.get("model", "")
         self.attempts[model] += 1
         if model == "fake-rate-limited" or (
             model == "fake-rate-limited-then-ok"
             and self.attempts[model] <= self.rate_limit_failures
         ):
-            return _api_error(
+            return self._api_error(
                 429,
                 "Requests per minute limit exceeded - too many requests sent.",
                 "too_many_requests_error",
@@ -177,16 +193,16 @@ class CerebrasFake:
                 headers=self.rate_limit_headers,
             )
         if model == "fake-bad-request":
-            return _api_error(
+            return self._api_error(
                 400,
                 "Tool 'get_weather' has an invalid parameters schema.",
                 "invalid_request_error",
                 "wrong_api_format",
             )
         if model == "fake-server-error":
-            return _api_error(500, "Internal server error", "server_error", "internal_error")
+            return self._api_error(500, "Internal server error", "server_error", "internal_error")
         if body.get("stream") is not True:
-            return _api_error(400, "this fake only streams", "invalid_request_error", "bad")
+            return self._api_error(400, "this fake only streams", "invalid_request_error", "bad")
         return StreamingResponse(
             self._events(model, request), media_type="text/event-stream; charset=utf-8"
         )
@@ -195,15 +211,8 @@ class CerebrasFake:
         chunks = _Chunks(model)
         yield chunks.frame({"role": "assistant"})
         if model == "fake-stream-rate-limited":
-            yield _data(
-                {
-                    "error": {
-                        "message": "Too many requests in flight.",
-                        "type": "too_many_requests_error",
-                        "code": "queue_exceeded",
-                    },
-                    "status_code": 429,
-                }
+            yield self._stream_error(
+                429, "Too many requests in flight.", "too_many_requests_error", "queue_exceeded"
             )
             return
         if model == "fake-tool-call":
@@ -227,15 +236,8 @@ class CerebrasFake:
                 for frame in chunks.tool_call_frames():
                     yield frame
         if model == "fake-stream-error":
-            yield _data(
-                {
-                    "error": {
-                        "message": STREAM_ERROR_MESSAGE,
-                        "type": "server_error",
-                        "code": "stream_interrupted",
-                    },
-                    "status_code": 500,
-                }
+            yield self._stream_error(
+                500, STREAM_ERROR_MESSAGE, "server_error", "stream_interrupted"
             )
             return
         if model == "fake-broken-stream":
@@ -263,9 +265,45 @@ class CerebrasFake:
             "fake-text-then-tool-call": "tool_calls",
         }.get(model, "stop")
         yield chunks.frame({})
-        extra = {} if model == "fake-no-usage" else {"usage": USAGE, "time_info": TIME_INFO}
-        yield chunks.frame({}, finish_reason=reason, **extra)
+        if model == "fake-no-usage":
+            yield chunks.frame({}, finish_reason=reason)
+        elif self.flavour == CEREBRAS:
+            yield chunks.frame({}, finish_reason=reason, usage=USAGE, time_info=TIME_INFO)
+        else:
+            yield chunks.frame({}, finish_reason=reason)
+            yield chunks.usage_frame(USAGE)
         yield "data: [DONE]\n\n"
+
+    def _error_object(self, status: int, message: str, type_: str, code: str) -> dict[str, Any]:
+        # vLLM's error code is the HTTP status; Cerebras' is a name.
+        return {
+            "message": message,
+            "type": type_,
+            "param": "",
+            "code": code if self.flavour == CEREBRAS else status,
+        }
+
+    def _api_error(
+        self,
+        status: int,
+        message: str,
+        type_: str,
+        code: str,
+        headers: dict[str, str] | None = None,
+    ) -> JSONResponse:
+        error = self._error_object(status, message, type_, code)
+        return JSONResponse(
+            error if self.flavour == CEREBRAS else {"error": error},
+            status_code=status,
+            headers=headers,
+        )
+
+    def _stream_error(self, status: int, message: str, type_: str, code: str) -> str:
+        error = self._error_object(status, message, type_, code)
+        if self.flavour == CEREBRAS:
+            del error["param"]
+            return _data({"error": error, "status_code": status})
+        return _data({"error": error})
 
 
 class _Chunks:
@@ -290,6 +328,19 @@ class _Chunks:
         if "time_info" in chunk:
             chunk["time_info"] = {**chunk["time_info"], "created": time.time()}
         return _data(chunk)
+
+    def usage_frame(self, usage: dict[str, Any]) -> str:
+        """vLLM's last chunk with ``include_usage``: no choices, only the usage."""
+        return _data(
+            {
+                "id": self.id,
+                "choices": [],
+                "created": self.created,
+                "model": self.model,
+                "object": "chat.completion.chunk",
+                "usage": usage,
+            }
+        )
 
     def tool_call_frames(self) -> list[str]:
         first, *rest = CALL_ARGUMENT_FRAGMENTS
@@ -316,13 +367,3 @@ class _Chunks:
 
 def _data(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
-
-
-def _api_error(
-    status: int, message: str, type_: str, code: str, headers: dict[str, str] | None = None
-) -> JSONResponse:
-    return JSONResponse(
-        {"message": message, "type": type_, "param": "", "code": code},
-        status_code=status,
-        headers=headers,
-    )

@@ -1,6 +1,7 @@
-"""The worker's Cerebras backend: the pure chat mapping, the adapter against a local fake
-of Cerebras' API (``support.cerebras_fake``), backend selection, and a real worker
-process serving a ``backend="cerebras"`` request."""
+"""The worker's chat completions backends, Cerebras and OpenAI-compatible: the pure chat
+mapping, each adapter against a local fake of its API (``support.chat_completions_fake``,
+in Cerebras' flavour or vLLM's), their configuration, and a real worker process serving
+requests for each."""
 
 from __future__ import annotations
 
@@ -14,17 +15,20 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 import pytest
 from cerebras.cloud.sdk import AsyncCerebras
-from support import cerebras_fake as fakeapi
-from support.cerebras_fake import CerebrasFake
+from openai import AsyncOpenAI
+from support import chat_completions_fake as fakeapi
+from support.chat_completions_fake import ChatCompletionsFake
 from support.procs import free_port
 from support.tools import WEATHER_PROTO_TOOL, WEATHER_SCHEMA
+from turnpike.backend_names import CEREBRAS, OPENAI_COMPATIBLE
 from turnpike.config import WorkerSettings
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.grpc_client import wait_healthy
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.inference.v1 import inference_pb2_grpc
-from worker.backends import Backends, InvalidRequestError, UnavailableBackend
-from worker.cerebras import CerebrasBackend, parse_retry_after
+from worker.backends import InvalidRequestError
+from worker.cerebras import CerebrasBackend
+from worker.chat_backend import ChatBackend, parse_retry_after
 from worker.chat_mapping import (
     ChunkMapper,
     MappingError,
@@ -32,6 +36,7 @@ from worker.chat_mapping import (
     chat_messages,
     chat_params,
 )
+from worker.openai_compatible import OpenAICompatibleBackend
 from worker.server import SERVICE_NAME
 
 LOOKUP = cv.Tool(name="lookup", parameters_json='{"type": "object"}')
@@ -279,35 +284,54 @@ def test_retry_after_headers() -> None:
     assert parse_retry_after({}) is None
 
 
-# ---- the adapter against the fake -----------------------------------------------------
+# ---- the adapters against the fake ---------------------------------------------------
+
+FLAVOURS = {CEREBRAS: fakeapi.CEREBRAS, OPENAI_COMPATIBLE: fakeapi.VLLM}
+WORKER_ID = "worker-chat"
 
 
 @pytest.fixture(scope="module")
-def fake_server() -> Iterator[CerebrasFake]:
-    with CerebrasFake(api_key="test") as fake:
-        yield fake
+def servers() -> Iterator[dict[str, ChatCompletionsFake]]:
+    with (
+        ChatCompletionsFake(flavour=fakeapi.CEREBRAS) as cerebras,
+        ChatCompletionsFake(flavour=fakeapi.VLLM) as vllm,
+    ):
+        yield {CEREBRAS: cerebras, OPENAI_COMPATIBLE: vllm}
+
+
+@pytest.fixture(params=list(FLAVOURS))
+def backend_name(request) -> str:
+    """Every adapter test runs against both backends, each with its own API's fake."""
+    return request.param
 
 
 @pytest.fixture
-def fake(fake_server: CerebrasFake) -> CerebrasFake:
-    fake_server.reset()
-    return fake_server
+def fake(servers: dict[str, ChatCompletionsFake], backend_name: str) -> ChatCompletionsFake:
+    servers[backend_name].reset()
+    return servers[backend_name]
 
 
 @pytest.fixture
-async def make_backend(fake: CerebrasFake) -> AsyncIterator:
-    made: list[CerebrasBackend] = []
+async def make_backend(fake: ChatCompletionsFake, backend_name: str) -> AsyncIterator:
+    made: list[ChatBackend] = []
 
-    def make(*, api_key: str = "test", base_url: str | None = None, **kwargs) -> CerebrasBackend:
-        client = AsyncCerebras(
-            api_key=api_key,
-            base_url=base_url or fake.base_url,
-            max_retries=0,
-            timeout=5.0,
-            warm_tcp_connection=False,
-        )
+    def make(*, api_key: str = "test", base_url: str | None = None, **kwargs) -> ChatBackend:
+        base_url = base_url or fake.base_url
         kwargs.setdefault("max_retry_delay_s", 2.0)
-        made.append(CerebrasBackend("worker-cerebras", client, **kwargs))
+        if backend_name == CEREBRAS:
+            client = AsyncCerebras(
+                api_key=api_key,
+                base_url=base_url,
+                max_retries=0,
+                timeout=5.0,
+                warm_tcp_connection=False,
+            )
+            made.append(CerebrasBackend(WORKER_ID, client, **kwargs))
+        else:
+            client = AsyncOpenAI(
+                api_key=api_key, base_url=f"{base_url}/v1", max_retries=0, timeout=5.0
+            )
+            made.append(OpenAICompatibleBackend(WORKER_ID, client, **kwargs))
         return made[-1]
 
     yield make
@@ -315,7 +339,7 @@ async def make_backend(fake: CerebrasFake) -> AsyncIterator:
         await backend.aclose()
 
 
-async def run(backend: CerebrasBackend, req: pb.GenerateRequest) -> list[pb.GenerateEvent]:
+async def run(backend: ChatBackend, req: pb.GenerateRequest) -> list[pb.GenerateEvent]:
     return [event async for event in backend.generate(req)]
 
 
@@ -329,17 +353,22 @@ async def test_text_stream_usage_and_timings(fake, make_backend) -> None:
     assert [e.delta.tokens for e in events if e.HasField("delta")] == [1, 1, 1]
 
     finished = events[-1].finished
-    assert finished.finish_reason == "stop" and finished.worker_id == "worker-cerebras"
+    assert finished.finish_reason == "stop" and finished.worker_id == WORKER_ID
     usage = finished.usage
     assert usage.input_tokens == fakeapi.USAGE["prompt_tokens"]
     assert usage.cached_tokens == fakeapi.USAGE["prompt_tokens_details"]["cached_tokens"]
     assert usage.output_tokens == fakeapi.USAGE["completion_tokens"]
-    t, info = finished.timings, fakeapi.TIME_INFO
-    assert t.queue_ms == pytest.approx(info["queue_time"] * 1000)
-    assert t.prefill_ms == pytest.approx(info["prompt_time"] * 1000)
-    assert t.decode_ms == pytest.approx(info["completion_time"] * 1000)
-    assert t.total_ms == pytest.approx(info["total_time"] * 1000)
+    t = finished.timings
     assert 0 < t.ttft_ms <= elapsed_ms  # measured here, to the first delta
+    if fake.flavour == fakeapi.CEREBRAS:  # Cerebras reports its own: time_info
+        info = fakeapi.TIME_INFO
+        assert t.queue_ms == pytest.approx(info["queue_time"] * 1000)
+        assert t.prefill_ms == pytest.approx(info["prompt_time"] * 1000)
+        assert t.decode_ms == pytest.approx(info["completion_time"] * 1000)
+        assert t.total_ms == pytest.approx(info["total_time"] * 1000)
+    else:  # no timings from the server: ours
+        assert (t.queue_ms, t.prefill_ms) == (0, t.ttft_ms)
+        assert t.ttft_ms + t.decode_ms <= t.total_ms <= elapsed_ms
 
     [sent] = fake.requests
     assert sent.headers["authorization"] == "Bearer test"
@@ -540,48 +569,53 @@ async def test_unmappable_request_raises_before_any_request(fake, make_backend) 
     assert fake.requests == []
 
 
-# ---- backend selection and configuration ---------------------------------------------
+async def test_the_servers_model_name_is_sent_and_a_key_is_optional(monkeypatch) -> None:
+    with ChatCompletionsFake(api_key=None, flavour=fakeapi.VLLM) as keyless:
+        monkeypatch.setenv("TURNPIKE_OPENAI_COMPAT_BASE_URL", f"{keyless.base_url}/v1")
+        monkeypatch.setenv("TURNPIKE_OPENAI_COMPAT_API_KEY", "")
+        monkeypatch.setenv("TURNPIKE_OPENAI_COMPAT_MODEL", "fake-tool-call")
+        backend = OpenAICompatibleBackend.from_settings(WorkerSettings())
+        assert backend is not None
+        try:
+            events = await run(backend, request("self-hosted", tools=[WEATHER_PROTO_TOOL]))
+        finally:
+            await backend.aclose()
+    # The server's name picked the fake's scenario; the router's id went nowhere.
+    assert [r.body["model"] for r in keyless.requests] == ["fake-tool-call"]
+    assert text_of(events) == fakeapi.CALL_ARGUMENTS
+    assert events[-1].finished.finish_reason == "tool_calls"
 
 
-class Marker:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    async def generate(self, request):
-        yield pb.GenerateEvent(error=pb.Error(code=self.name))
+# ---- configuration ----------------------------------------------------------------
 
 
-async def test_backend_selection_by_request_backend() -> None:
-    sim, cerebras, special = Marker("sim"), Marker("cerebras"), Marker("special")
-    backends = Backends(
-        default=sim, by_model={"special-model": special}, by_name={"cerebras": cerebras}
-    )
-    assert backends.for_request(request(model="x")) is sim
-    assert backends.for_request(request(model="special-model")) is special  # empty: model map
-    assert backends.for_request(request(model="special-model", backend="simulator")) is sim
-    assert backends.for_request(request(backend="cerebras")) is cerebras
-    with pytest.raises(InvalidRequestError, match="unknown backend 'vllm'"):
-        backends.for_request(request(backend="vllm"))
-
-    unconfigured = Backends(default=sim).for_request(request(backend="cerebras"))
-    assert isinstance(unconfigured, UnavailableBackend)
-    [event] = [e async for e in unconfigured.generate(request())]
-    assert event.error.code == "backend_unavailable" and not event.error.retryable
-
-
-def test_settings_make_the_backend_only_with_a_key(monkeypatch) -> None:
-    monkeypatch.delenv("CEREBRAS_API_KEY", raising=False)
-    assert CerebrasBackend.from_settings(WorkerSettings()) is None
-    monkeypatch.setenv("CEREBRAS_API_KEY", "k")
+@pytest.mark.parametrize(
+    ("cls", "switch", "prefix"),
+    [
+        (CerebrasBackend, {"CEREBRAS_API_KEY": "k"}, "TURNPIKE_CEREBRAS"),
+        (
+            OpenAICompatibleBackend,
+            {"TURNPIKE_OPENAI_COMPAT_BASE_URL": "http://127.0.0.1:9/v1"},
+            "TURNPIKE_OPENAI_COMPAT",
+        ),
+    ],
+)
+def test_settings_make_a_backend_only_when_switched_on(monkeypatch, cls, switch, prefix) -> None:
+    for name in switch:
+        monkeypatch.delenv(name, raising=False)
+    assert cls.from_settings(WorkerSettings()) is None
+    for name, value in switch.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("CEREBRAS_BASE_URL", "http://127.0.0.1:9")
-    monkeypatch.setenv("TURNPIKE_CEREBRAS_MAX_RETRIES", "5")
+    monkeypatch.setenv("TURNPIKE_OPENAI_COMPAT_API_KEY", "k")
+    monkeypatch.setenv(f"{prefix}_MAX_RETRIES", "5")
     settings = WorkerSettings()
-    assert "'k'" not in repr(settings)  # the key stays out of logs
-    backend = CerebrasBackend.from_settings(settings)
+    assert "'k'" not in repr(settings)  # keys stay out of logs
+    backend = cls.from_settings(settings)
     assert backend is not None and backend.max_retries == 5
-    monkeypatch.setenv("TURNPIKE_CEREBRAS_TIMEOUT_S", "0")
-    with pytest.raises(ValueError, match="TIMEOUT"):
-        CerebrasBackend.from_settings(WorkerSettings())
+    monkeypatch.setenv(f"{prefix}_TIMEOUT_S", "0")
+    with pytest.raises(ValueError, match=f"{prefix}_TIMEOUT_S"):
+        cls.from_settings(WorkerSettings())
 
 
 # ---- a real worker process ------------------------------------------------------------
@@ -590,7 +624,7 @@ def test_settings_make_the_backend_only_with_a_key(monkeypatch) -> None:
 @pytest.fixture
 def start_worker(start_worker):
     return functools.partial(
-        start_worker, TURNPIKE_WORKER_ID="worker-cerebras-proc", TURNPIKE_SHUTDOWN_GRACE_S="2"
+        start_worker, TURNPIKE_WORKER_ID="worker-chat-proc", TURNPIKE_SHUTDOWN_GRACE_S="2"
     )
 
 
@@ -600,19 +634,35 @@ async def generate(address: str, req: pb.GenerateRequest) -> list[pb.GenerateEve
         return [e async for e in stub.Generate(req, timeout=10)]
 
 
-async def test_worker_process_serves_cerebras_requests(fake, start_worker) -> None:
-    proc, address = start_worker(CEREBRAS_API_KEY="test", CEREBRAS_BASE_URL=fake.base_url)
+async def test_worker_process_serves_both_chat_backends(servers, start_worker) -> None:
+    cerebras, vllm = servers[CEREBRAS], servers[OPENAI_COMPATIBLE]
+    cerebras.reset()
+    vllm.reset()
+    proc, address = start_worker(
+        CEREBRAS_API_KEY="test",
+        CEREBRAS_BASE_URL=cerebras.base_url,
+        TURNPIKE_OPENAI_COMPAT_BASE_URL=f"{vllm.base_url}/v1",
+        TURNPIKE_OPENAI_COMPAT_API_KEY="test",
+        TURNPIKE_OPENAI_COMPAT_MODEL="fake-text",
+    )
     assert await wait_healthy(address, timeout=30, service=SERVICE_NAME)
 
     events = await generate(
-        address, request("fake-tool-call", tools=[WEATHER_PROTO_TOOL], backend="cerebras")
+        address, request("fake-tool-call", tools=[WEATHER_PROTO_TOOL], backend=CEREBRAS)
     )
     started = events[0].item_started
     assert (started.call_id, started.name) == (fakeapi.CALL_ID, fakeapi.CALL_NAME)
     assert text_of(events) == fakeapi.CALL_ARGUMENTS
     finished = events[-1].finished
-    assert finished.finish_reason == "tool_calls" and finished.worker_id == "worker-cerebras-proc"
-    assert fake.requests[0].headers["authorization"] == "Bearer test"
+    assert finished.finish_reason == "tool_calls" and finished.worker_id == "worker-chat-proc"
+    assert cerebras.requests[0].headers["authorization"] == "Bearer test"
+
+    events = await generate(address, request("self-hosted", backend=OPENAI_COMPATIBLE))
+    assert text_of(events) == "".join(fakeapi.TEXT)
+    assert events[-1].finished.usage.output_tokens == fakeapi.USAGE["completion_tokens"]
+    [sent] = vllm.requests
+    assert sent.body["model"] == "fake-text"
+    assert sent.headers["authorization"] == "Bearer test"
 
     # The simulator still serves its requests; an unknown backend is INVALID_ARGUMENT.
     sim = request(
@@ -632,13 +682,19 @@ async def test_worker_process_serves_cerebras_requests(fake, start_worker) -> No
     assert await asyncio.to_thread(proc.wait, 10) == 0
 
 
-async def test_worker_process_without_a_key_answers_backend_unavailable(start_worker) -> None:
-    proc, address = start_worker()
+async def test_worker_process_without_configuration_answers_backend_unavailable(
+    start_worker,
+) -> None:
+    proc, address = start_worker(TURNPIKE_OPENAI_COMPAT_BASE_URL="")
     assert await wait_healthy(address, timeout=30, service=SERVICE_NAME)
-    events = await generate(address, request("gpt-oss-120b", backend="cerebras"))
-    assert kinds(events) == ["error"]
-    error = events[0].error
-    assert error.code == "backend_unavailable" and not error.retryable
-    assert "CEREBRAS_API_KEY" in error.message
+    for backend, setting in [
+        (CEREBRAS, "CEREBRAS_API_KEY"),
+        (OPENAI_COMPATIBLE, "TURNPIKE_OPENAI_COMPAT_BASE_URL"),
+    ]:
+        events = await generate(address, request("gpt-oss-120b", backend=backend))
+        assert kinds(events) == ["error"]
+        error = events[0].error
+        assert error.code == "backend_unavailable" and not error.retryable
+        assert setting in error.message
     proc.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(proc.wait, 10) == 0
