@@ -18,18 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 from devstack.__main__ import config_from_args, parse_args
-from devstack.stack import (
-    BACKENDS,
-    DEV_API_KEY,
-    LocalStack,
-    ServiceSpec,
-    StackConfig,
-    StackError,
-    build_env,
-    check_ports_free,
-    default_services,
-    parse_api_keys,
-)
+from devstack.environment import DEV_API_KEY, build_env, parse_api_keys
+from devstack.layout import BACKENDS, ServiceSpec, StackConfig, default_services
+from devstack.supervisor import LocalStack, StackError, check_ports_free
 from support.standin_stack import SUPPORT_DIR, standin_services
 
 DEFAULT_PORTS = {8080, 50051, 50052, 50053, 50054, 50055, 50061, 50062}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from devstack.stack import DEV_API_KEY, LocalStack, StackConfig
+from devstack import DEV_API_KEY, LocalStack, StackConfig
 
 # Where `make run` puts everything (devstack's defaults).
 DEFAULT = StackConfig()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from devstack.stack import LocalStack, StackConfig, default_services
+from devstack import LocalStack, StackConfig, default_services
 
 _STARTED = time.monotonic()
 K = TypeVar("K")

@@ -16,15 +16,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from devstack.stack import (
-    LocalStack,
+from devstack.layout import (
     ServiceSpec,
     StackConfig,
-    StackError,
     default_services,
     default_state_dir,
     default_worker_ports,
 )
+from devstack.supervisor import LocalStack, StackError
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
