@@ -17,7 +17,7 @@ from devstack import DEV_API_KEY, LocalStack, StackConfig
 # Where `make run` puts everything (devstack's defaults).
 DEFAULT = StackConfig()
 DEFAULT_BASE_URL = DEFAULT.base_url
-DEFAULT_ROUTER = DEFAULT.address(DEFAULT.router_port)
+DEFAULT_ROUTER = DEFAULT.address(DEFAULT.port("router"))
 
 
 class StackMissing(RuntimeError):

@@ -27,7 +27,7 @@ def main() -> None:
         "billing",
         [billing_pb2.DESCRIPTOR.services_by_name["Billing"].full_name],
         register,
-        GrpcServerSettings.for_service("TURNPIKE_BILLING_PORT", 50054),
+        GrpcServerSettings.for_service("billing"),
         on_shutdown=ledger.close,
     )
 

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from turnpike.catalogue import BACKENDS, GATEWAY
+
 from devstack.layout import ServiceSpec, StackConfig
 
 DEV_API_KEY = "sk-turnpike-dev"
@@ -20,16 +22,17 @@ def stack_env(config: StackConfig) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "TURNPIKE_GRPC_HOST": config.host,
         "TURNPIKE_GATEWAY_HOST": config.host,
-        "TURNPIKE_GATEWAY_PORT": str(config.gateway_port),
+        GATEWAY.port_variable: str(config.gateway_port),
         "TURNPIKE_WORKERS": ",".join(f"{w}={a}" for w, a in config.worker_addresses().items()),
         "TURNPIKE_BILLING_LEDGER": str(config.ledger_path),
         "TURNPIKE_VOCAB_DIR": str(config.vocab_dir),
         # A development stack lets benchmarks pick a pipeline per request.
         "TURNPIKE_ALLOW_PIPELINE_OVERRIDE": "true",
     }
-    for svc, port in config.backend_ports().items():
-        env[f"TURNPIKE_{svc.upper()}_PORT"] = str(port)
-        env[f"TURNPIKE_{svc.upper()}_ADDR"] = config.address(port)
+    for backend in BACKENDS:
+        port = config.port(backend.name)
+        env[backend.port_variable] = str(port)
+        env[backend.address_variable] = config.address(port)
     return env
 
 
@@ -91,7 +94,8 @@ class StackEndpoints:
 
 def stack_endpoints(cfg: StackConfig) -> StackEndpoints:
     """Where a stack laid out as ``cfg`` answers, and the keys its gateway accepts."""
-    gateway_env = build_env(cfg, ServiceSpec("gateway", "gateway", cfg.gateway_port, "http"))
+    gateway = ServiceSpec(GATEWAY.name, GATEWAY.name, cfg.gateway_port, GATEWAY.protocol)
+    gateway_env = build_env(cfg, gateway)
     keys = parse_api_keys(gateway_env.get("TURNPIKE_API_KEYS") or DEFAULT_API_KEYS)
 
     def limit(name: str) -> int | None:

@@ -7,14 +7,20 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
 
-BACKENDS = ("safety", "tokenizer", "router", "billing", "imageres")
-FIRST_WORKER_PORT = 50061
+from turnpike.catalogue import (
+    BACKENDS,
+    GATEWAY,
+    LOOPBACK,
+    SERVICES,
+    WORKER,
+    ServiceProtocol,
+    loopback_workers,
+)
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
-
-Kind = Literal["grpc", "http"]
+# The processes of one of each service (the workers are numbered: worker-1, worker-2...).
+SINGLE_SERVICES = tuple(s for s in SERVICES if s is not WORKER)
 
 
 def project_root() -> Path:
@@ -27,11 +33,7 @@ def default_state_dir() -> Path:
     return project_root() / "var"
 
 
-def default_worker_ports(count: int, first: int = FIRST_WORKER_PORT) -> tuple[int, ...]:
-    return tuple(first + i for i in range(count))
-
-
-def pick_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:
     """``count`` distinct ports the OS reports free right now (all held open together,
     so none is handed out twice)."""
     sockets = []
@@ -48,14 +50,13 @@ def pick_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 
 @dataclass(frozen=True)
 class StackConfig:
-    host: str = "127.0.0.1"
-    gateway_port: int = 8080
-    safety_port: int = 50051
-    tokenizer_port: int = 50052
-    router_port: int = 50053
-    billing_port: int = 50054
-    imageres_port: int = 50055
-    worker_ports: tuple[int, ...] = default_worker_ports(2)
+    host: str = LOOPBACK
+    # Port by service name, for every service but the workers (default: the catalogue's).
+    service_ports: Mapping[str, int] = field(
+        default_factory=lambda: {s.name: s.port for s in SINGLE_SERVICES}
+    )
+    # Port by worker id (worker-1, worker-2, ...).
+    workers: Mapping[str, int] = field(default_factory=lambda: loopback_workers(2))
     state_dir: Path = field(default_factory=default_state_dir)
     # Set in every process, over the stack's own wiring (but not over a process's
     # identity: its port, worker id and telemetry service name).
@@ -68,56 +69,63 @@ class StackConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", Path(self.state_dir).resolve())
-        object.__setattr__(self, "worker_ports", tuple(self.worker_ports))
-        if not self.worker_ports:
+        object.__setattr__(self, "service_ports", dict(self.service_ports))
+        object.__setattr__(self, "workers", dict(self.workers))
+        expected = {s.name for s in SINGLE_SERVICES}
+        if set(self.service_ports) != expected:
+            raise ValueError(f"service_ports must name exactly {sorted(expected)}")
+        if not self.workers:
             raise ValueError("the stack needs at least one worker")
         ports = self.ports()
         if len(set(ports.values())) != len(ports):
             raise ValueError(f"two services share a port: {ports}")
 
     @classmethod
-    def on_free_ports(cls, workers: int = 2, host: str = "127.0.0.1", **kwargs) -> StackConfig:
+    def on_free_ports(cls, workers: int = 2, host: str = LOOPBACK, **kwargs) -> StackConfig:
         """A layout on ports the OS reports free, away from ``make run``'s defaults."""
-        ports = pick_free_ports(1 + len(BACKENDS) + workers, host)
-        named = {f"{svc}_port": port for svc, port in zip(BACKENDS, ports[1:], strict=False)}
+        ids = list(loopback_workers(workers))
+        ports = iter(pick_free_ports(len(SINGLE_SERVICES) + len(ids), host))
         return cls(
             host=host,
-            gateway_port=ports[0],
-            worker_ports=tuple(ports[1 + len(BACKENDS) :]),
-            **named,
+            service_ports={s.name: next(ports) for s in SINGLE_SERVICES},
+            workers={wid: next(ports) for wid in ids},
             **kwargs,
         )
 
     def shifted(self, offset: int) -> StackConfig:
         """Every port moved by ``offset`` (to run a second stack beside the first)."""
-        named = {f"{svc}_port": port + offset for svc, port in self.backend_ports().items()}
         return replace(
             self,
-            gateway_port=self.gateway_port + offset,
-            worker_ports=tuple(port + offset for port in self.worker_ports),
-            **named,
+            service_ports={name: port + offset for name, port in self.service_ports.items()},
+            workers={wid: port + offset for wid, port in self.workers.items()},
         )
 
+    def with_ports(self, **ports: int) -> StackConfig:
+        """Some services moved, by name (``with_ports(gateway=8099)``)."""
+        return replace(self, service_ports={**self.service_ports, **ports})
+
+    def port(self, name: str) -> int:
+        """The port of a service (``"router"``) or of a worker (``"worker-2"``)."""
+        return self.ports()[name]
+
+    @property
+    def gateway_port(self) -> int:
+        return self.service_ports[GATEWAY.name]
+
     def backend_ports(self) -> dict[str, int]:
-        return {svc: getattr(self, f"{svc}_port") for svc in BACKENDS}
+        """The gRPC services the gateway calls, in start order."""
+        return {b.name: self.service_ports[b.name] for b in BACKENDS}
 
     @property
     def worker_ids(self) -> list[str]:
-        return [f"worker-{i}" for i in range(1, len(self.worker_ports) + 1)]
+        return list(self.workers)
 
     def worker_addresses(self) -> dict[str, str]:
-        return {
-            wid: self.address(port)
-            for wid, port in zip(self.worker_ids, self.worker_ports, strict=True)
-        }
+        return {wid: self.address(port) for wid, port in self.workers.items()}
 
     def ports(self) -> dict[str, int]:
         """Every process's port by process name."""
-        return {
-            "gateway": self.gateway_port,
-            **self.backend_ports(),
-            **dict(zip(self.worker_ids, self.worker_ports, strict=True)),
-        }
+        return {**self.service_ports, **self.workers}
 
     def address(self, port: int) -> str:
         return f"{self.host}:{port}"
@@ -147,14 +155,17 @@ class ServiceSpec:
     name: str
     module: str
     port: int
-    kind: Kind = "grpc"
+    kind: ServiceProtocol = "grpc"
     env: Mapping[str, str] = field(default_factory=dict)
 
 
 def default_services(config: StackConfig) -> list[ServiceSpec]:
-    services = [ServiceSpec(svc, svc, port) for svc, port in config.backend_ports().items()]
-    for wid, port in zip(config.worker_ids, config.worker_ports, strict=True):
-        identity = {"TURNPIKE_WORKER_ID": wid, "TURNPIKE_WORKER_PORT": str(port)}
-        services.append(ServiceSpec(wid, "worker", port, env=identity))
-    services.append(ServiceSpec("gateway", "gateway", config.gateway_port, "http"))
+    """The real services in start order: the backends, the workers, then the gateway."""
+    services = [
+        ServiceSpec(b.name, b.name, config.service_ports[b.name], b.protocol) for b in BACKENDS
+    ]
+    for wid, port in config.workers.items():
+        identity = {"TURNPIKE_WORKER_ID": wid, WORKER.port_variable: str(port)}
+        services.append(ServiceSpec(wid, WORKER.name, port, WORKER.protocol, identity))
+    services.append(ServiceSpec(GATEWAY.name, GATEWAY.name, config.gateway_port, GATEWAY.protocol))
     return services

@@ -28,7 +28,7 @@ def main() -> None:
         "imageres",
         [imageres_pb2.DESCRIPTOR.services_by_name["ImageResolver"].full_name],
         register,
-        GrpcServerSettings.for_service("TURNPIKE_IMAGERES_PORT", 50055),
+        GrpcServerSettings.for_service("imageres"),
         on_shutdown=channels.close,
     )
 

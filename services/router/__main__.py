@@ -42,7 +42,7 @@ def main() -> None:
         "router",
         [SERVICE_NAME],
         register,
-        GrpcServerSettings.for_service("TURNPIKE_ROUTER_PORT", 50053),
+        GrpcServerSettings.for_service("router"),
         on_shutdown=monitor.close,
     )
 

@@ -32,7 +32,7 @@ def main() -> None:
         "safety",
         [safety_pb2.DESCRIPTOR.services_by_name["Safety"].full_name],
         register,
-        GrpcServerSettings.for_service("TURNPIKE_SAFETY_PORT", 50051),
+        GrpcServerSettings.for_service("safety"),
     )
 
 

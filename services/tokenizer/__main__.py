@@ -23,7 +23,7 @@ def main() -> None:
         "tokenizer",
         [tokenizer_pb2.DESCRIPTOR.services_by_name["Tokenizer"].full_name],
         register,
-        GrpcServerSettings.for_service("TURNPIKE_TOKENIZER_PORT", 50052),
+        GrpcServerSettings.for_service("tokenizer"),
     )
 
 

@@ -7,7 +7,21 @@ Every service reads only its own dataclass. Defaults are the loopback layout of
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from turnpike.catalogue import (
+    BILLING,
+    GATEWAY,
+    IMAGERES,
+    LOOPBACK,
+    ROUTER,
+    SAFETY,
+    TOKENIZER,
+    Service,
+    loopback_workers,
+    service,
+)
 
 
 def env_str(name: str, default: str) -> str:
@@ -35,21 +49,19 @@ def env_list(name: str, default: str) -> list[str]:
     return [part.strip() for part in env_str(name, default).split(",") if part.strip()]
 
 
+def _address_of(backend: Service) -> Callable[[], str]:
+    return lambda: env_str(backend.address_variable, backend.loopback_address)
+
+
 @dataclass(frozen=True)
 class Endpoints:
     """Where each backend service listens (host:port)."""
 
-    safety: str = field(default_factory=lambda: env_str("TURNPIKE_SAFETY_ADDR", "127.0.0.1:50051"))
-    tokenizer: str = field(
-        default_factory=lambda: env_str("TURNPIKE_TOKENIZER_ADDR", "127.0.0.1:50052")
-    )
-    router: str = field(default_factory=lambda: env_str("TURNPIKE_ROUTER_ADDR", "127.0.0.1:50053"))
-    billing: str = field(
-        default_factory=lambda: env_str("TURNPIKE_BILLING_ADDR", "127.0.0.1:50054")
-    )
-    imageres: str = field(
-        default_factory=lambda: env_str("TURNPIKE_IMAGERES_ADDR", "127.0.0.1:50055")
-    )
+    safety: str = field(default_factory=_address_of(SAFETY))
+    tokenizer: str = field(default_factory=_address_of(TOKENIZER))
+    router: str = field(default_factory=_address_of(ROUTER))
+    billing: str = field(default_factory=_address_of(BILLING))
+    imageres: str = field(default_factory=_address_of(IMAGERES))
 
 
 @dataclass(frozen=True)
@@ -57,7 +69,7 @@ class GrpcServerSettings:
     """Common to every backend service."""
 
     port: int
-    host: str = field(default_factory=lambda: env_str("TURNPIKE_GRPC_HOST", "127.0.0.1"))
+    host: str = field(default_factory=lambda: env_str("TURNPIKE_GRPC_HOST", LOOPBACK))
     # Seconds in-flight calls get to finish after SIGTERM.
     shutdown_grace_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_SHUTDOWN_GRACE_S", 5.0)
@@ -67,14 +79,16 @@ class GrpcServerSettings:
     )
 
     @classmethod
-    def for_service(cls, env_port: str, default_port: int) -> GrpcServerSettings:
-        return cls(port=env_int(env_port, default_port))
+    def for_service(cls, name: str) -> GrpcServerSettings:
+        """The settings of the catalogue's service ``name`` (its own port variable)."""
+        listed = service(name)
+        return cls(port=env_int(listed.port_variable, listed.port))
 
 
 @dataclass(frozen=True)
 class GatewaySettings:
-    host: str = field(default_factory=lambda: env_str("TURNPIKE_GATEWAY_HOST", "127.0.0.1"))
-    port: int = field(default_factory=lambda: env_int("TURNPIKE_GATEWAY_PORT", 8080))
+    host: str = field(default_factory=lambda: env_str("TURNPIKE_GATEWAY_HOST", LOOPBACK))
+    port: int = field(default_factory=lambda: env_int(GATEWAY.port_variable, GATEWAY.port))
     # "key:tenant" pairs, comma separated. The development key works out of the box.
     api_keys: str = field(
         default_factory=lambda: env_str("TURNPIKE_API_KEYS", "sk-turnpike-dev:dev")
@@ -127,10 +141,11 @@ class GatewaySettings:
 
 @dataclass(frozen=True)
 class RouterSettings:
-    # Inference workers as "id=host:port", comma separated.
+    # Inference workers as "id=host:port", comma separated (default: make run's two).
     workers: list[str] = field(
         default_factory=lambda: env_list(
-            "TURNPIKE_WORKERS", "worker-1=127.0.0.1:50061,worker-2=127.0.0.1:50062"
+            "TURNPIKE_WORKERS",
+            ",".join(f"{wid}={LOOPBACK}:{port}" for wid, port in loopback_workers(2).items()),
         )
     )
     models_file: str = field(default_factory=lambda: env_str("TURNPIKE_MODELS_FILE", ""))

@@ -66,7 +66,7 @@ def main() -> None:
         "worker",
         [SERVICE_NAME],
         register,
-        GrpcServerSettings.for_service("TURNPIKE_WORKER_PORT", 50061),
+        GrpcServerSettings.for_service("worker"),
         on_shutdown,
     )
 
