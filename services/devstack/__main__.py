@@ -54,9 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def config_from_args(args: argparse.Namespace) -> StackConfig:
-    config = StackConfig(
-        state_dir=args.state, workers=loopback_workers(args.workers)
-    ).shifted(args.port_base)
+    config = StackConfig(state_dir=args.state, workers=loopback_workers(args.workers)).shifted(
+        args.port_base
+    )
     if args.gateway_port is not None:
         config = config.with_ports(gateway=args.gateway_port)
     return config

@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 
 import uvicorn
-from turnpike.config import GatewaySettings
+from turnpike.config import GatewaySettings, exit_on_config_error
 
-from gateway.app import create_app
+with exit_on_config_error("gateway"):
+    # Importing the app reads settings (its stages' image limits): a bad one is reported
+    # like any other.
+    from gateway.app import create_app
 
 
 def main() -> None:
@@ -29,4 +32,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error("gateway"):
+        main()

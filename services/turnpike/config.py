@@ -1,14 +1,19 @@
 """All configuration, in one place, read from environment variables.
 
-Every service reads only its own dataclass. Defaults are the loopback layout of
-``make run``; Compose and Kubernetes override them through the environment.
+Every service reads only its own dataclass, at start-up, before it serves: a malformed
+value raises ``ConfigError`` naming the variable, and the service exits 2 saying so
+(``exit_on_config_error``). Defaults are the loopback layout of ``make run`` (ports:
+``turnpike.catalogue``); Compose and Kubernetes override them through the environment.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from turnpike.catalogue import (
     BILLING,
@@ -23,26 +28,89 @@ from turnpike.catalogue import (
     service,
 )
 
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work. The message names the variable and its value
+    (``TURNPIKE_X='12k': not an integer``), so it reads well on its own: every entry
+    point prints it as "<service>: configuration error: <message>" and exits 2
+    (``exit_on_config_error``). Services raise it for their own checks too."""
+
+    @classmethod
+    def invalid(cls, variable: str, value: str, problem: str) -> ConfigError:
+        return cls(f"{variable}={value!r}: {problem}")
+
+
+@contextmanager
+def exit_on_config_error(service: str) -> Iterator[None]:
+    """Around a service's entry point: a ConfigError becomes one line on stderr and exit
+    code 2, with no traceback (nothing in it is the code's fault)."""
+    try:
+        yield
+    except ConfigError as exc:
+        print(f"{service}: configuration error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
+def _read(name: str, default: T, parse: Callable[[str], T], expected: str) -> T:
+    """The variable parsed, or ``default`` when it is unset or empty."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        return parse(raw.strip())
+    except ValueError:
+        raise ConfigError.invalid(name, raw, expected) from None
+
+
+def _boolean(raw: str) -> bool:
+    word = raw.lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+def _port(raw: str) -> int:
+    port = int(raw)
+    if not 1 <= port <= 65535:
+        raise ValueError(raw)
+    return port
+
+
+def _address(raw: str) -> str:
+    host, colon, port = raw.rpartition(":")
+    if not colon or not host:
+        raise ValueError(raw)
+    _port(port)
+    return raw
+
 
 def env_str(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
 def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    return int(raw) if raw not in (None, "") else default
+    return _read(name, default, int, "not an integer")
 
 
 def env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return float(raw) if raw not in (None, "") else default
+    return _read(name, default, float, "not a number")
 
 
 def env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw in (None, ""):
-        return default
-    return raw.strip().lower() in ("1", "true", "yes", "on")
+    return _read(name, default, _boolean, "not a boolean (true/false, yes/no, on/off, 1/0)")
+
+
+def env_port(name: str, default: int) -> int:
+    return _read(name, default, _port, "not a port (1-65535)")
+
+
+def env_address(name: str, default: str) -> str:
+    """A "host:port" another service listens on."""
+    return _read(name, default, _address, "not host:port")
 
 
 def env_list(name: str, default: str) -> list[str]:
@@ -50,7 +118,7 @@ def env_list(name: str, default: str) -> list[str]:
 
 
 def _address_of(backend: Service) -> Callable[[], str]:
-    return lambda: env_str(backend.address_variable, backend.loopback_address)
+    return lambda: env_address(backend.address_variable or "", backend.loopback_address)
 
 
 @dataclass(frozen=True)
@@ -82,13 +150,13 @@ class GrpcServerSettings:
     def for_service(cls, name: str) -> GrpcServerSettings:
         """The settings of the catalogue's service ``name`` (its own port variable)."""
         listed = service(name)
-        return cls(port=env_int(listed.port_variable, listed.port))
+        return cls(port=env_port(listed.port_variable, listed.port))
 
 
 @dataclass(frozen=True)
 class GatewaySettings:
     host: str = field(default_factory=lambda: env_str("TURNPIKE_GATEWAY_HOST", LOOPBACK))
-    port: int = field(default_factory=lambda: env_int(GATEWAY.port_variable, GATEWAY.port))
+    port: int = field(default_factory=lambda: env_port(GATEWAY.port_variable, GATEWAY.port))
     # "key:tenant" pairs, comma separated. The development key works out of the box.
     api_keys: str = field(
         default_factory=lambda: env_str("TURNPIKE_API_KEYS", "sk-turnpike-dev:dev")

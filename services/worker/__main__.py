@@ -4,11 +4,10 @@ the Cerebras backend when ``CEREBRAS_API_KEY`` is set."""
 from __future__ import annotations
 
 import logging
-import sys
 
 import grpc
 from turnpike import grpc_server
-from turnpike.config import GrpcServerSettings, WorkerSettings
+from turnpike.config import ConfigError, GrpcServerSettings, WorkerSettings, exit_on_config_error
 from turnpike.inference.v1 import inference_pb2_grpc
 from turnpike.vocab import harmony_encoding
 
@@ -34,8 +33,7 @@ def main() -> None:
         )
         cerebras = CerebrasBackend.from_settings(settings)
     except ValueError as exc:
-        print(f"worker: configuration error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        raise ConfigError(str(exc)) from exc
     log.info(
         "worker %s: prefix cache %d tokens, error rate %.2f, stall after %d tokens, "
         "cerebras backend %s",
@@ -72,4 +70,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error("worker"):
+        main()

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,10 +18,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_service(module: str, env: dict[str, str]) -> subprocess.Popen:
-    """Run ``python -m module`` from the repository root with ``env`` added to ours."""
+def start_service(module: str, env: dict[str, str], **popen: Any) -> subprocess.Popen:
+    """Run ``python -m module`` from the repository root with ``env`` added to ours
+    (``popen``: more ``subprocess.Popen`` arguments, e.g. to capture its output)."""
     return subprocess.Popen(
         [sys.executable, "-m", module],
         cwd=REPO_ROOT,
         env={**os.environ, **env},
+        **popen,
     )
