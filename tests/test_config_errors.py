@@ -103,8 +103,10 @@ def test_every_service_exits_2_naming_a_bad_port(service):
 @pytest.mark.parametrize(
     "service, variable, value",
     [
-        # Read by the gateway at import (its image limits), and with its settings.
+        # Read by the gateway at import (its image limits), and with its settings (its
+        # keys are checked before uvicorn starts the app).
         ("gateway", "TURNPIKE_IMAGERES_MAX_IMAGE_BYTES", "20MB"),
+        ("gateway", "TURNPIKE_API_KEYS", "sk-without-tenant"),
         ("gateway", "TURNPIKE_ROUTER_ADDR", "router"),
         ("router", "TURNPIKE_WORKERS", "worker-1"),
         ("router", "TURNPIKE_MODELS_FILE", "/nonexistent/models.json"),

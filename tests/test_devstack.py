@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from devstack.__main__ import config_from_args, parse_args
-from devstack.environment import DEV_API_KEY, build_env, parse_api_keys
+from devstack.environment import build_env
 from devstack.layout import ServiceSpec, StackConfig, default_services
 from devstack.supervisor import LocalStack, StackError, check_ports_free
 from support.standin_stack import SUPPORT_DIR, standin_services
@@ -33,6 +33,7 @@ from turnpike.catalogue import (
     WORKER,
     service,
 )
+from turnpike.config import DEV_API_KEY
 
 BACKEND_NAMES = [b.name for b in BACKENDS]
 # make run's layout: one of each service, and a second worker on the next port.
@@ -158,7 +159,6 @@ def test_endpoints_name_every_address_and_the_keys(tmp_path: Path) -> None:
     assert (ep.max_body_bytes, ep.max_frame_bytes) == (1024, 2048)
     sealed = StackConfig(state_dir=tmp_path, inherit_turnpike_env=False)
     assert LocalStack(sealed).endpoints.api_key == DEV_API_KEY
-    assert parse_api_keys(" k1:t1 , k2:t2,") == {"t1": "k1", "t2": "k2"}
 
 
 def test_bad_layouts_are_rejected(tmp_path: Path) -> None:

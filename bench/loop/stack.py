@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from devstack import DEV_API_KEY, LocalStack, StackConfig
+from devstack import LocalStack, StackConfig
 
 # Where `make run` puts everything (devstack's defaults).
 DEFAULT = StackConfig()
@@ -86,7 +86,7 @@ def start_local() -> Target:
     ep = local.endpoints
     return Target(
         ep.base_url,
-        ep.api_key or DEV_API_KEY,
+        ep.api_key,
         ep.router,
         f"stack started by the benchmark on free ports (ready in {local.ready_after_s:.1f} s)",
         pids=dict(local.pids),

@@ -6,12 +6,11 @@ variables, and where clients reach the stack) and ``supervisor`` (``LocalStack``
 start, watch and stop the processes).
 """
 
-from devstack.environment import DEV_API_KEY, StackEndpoints, build_env
+from devstack.environment import StackEndpoints, build_env
 from devstack.layout import ServiceSpec, StackConfig, default_services, pick_free_ports
 from devstack.supervisor import LocalStack, StackError
 
 __all__ = [
-    "DEV_API_KEY",
     "LocalStack",
     "ServiceSpec",
     "StackConfig",

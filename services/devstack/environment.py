@@ -9,11 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turnpike.catalogue import BACKENDS, GATEWAY
+from turnpike.config import API_KEYS_VARIABLE, DEFAULT_API_KEYS, parse_api_keys
 
 from devstack.layout import ServiceSpec, StackConfig
-
-DEV_API_KEY = "sk-turnpike-dev"
-DEFAULT_API_KEYS = f"{DEV_API_KEY}:dev"
 
 
 def stack_env(config: StackConfig) -> dict[str, str]:
@@ -58,13 +56,11 @@ def build_env(
     return env
 
 
-def parse_api_keys(raw: str) -> dict[str, str]:
-    """``"key:tenant,..."`` -> {tenant: key}, in the given order."""
+def keys_by_tenant(spec: str) -> dict[str, str]:
+    """tenant -> the first of its keys, tenants in the order the setting names them."""
     keys: dict[str, str] = {}
-    for pair in raw.split(","):
-        key, _, tenant = pair.strip().partition(":")
-        if key:
-            keys.setdefault(tenant or key, key)
+    for key, tenant in parse_api_keys(spec):
+        keys.setdefault(tenant, key)
     return keys
 
 
@@ -96,7 +92,8 @@ def stack_endpoints(cfg: StackConfig) -> StackEndpoints:
     """Where a stack laid out as ``cfg`` answers, and the keys its gateway accepts."""
     gateway = ServiceSpec(GATEWAY.name, GATEWAY.name, cfg.gateway_port, GATEWAY.protocol)
     gateway_env = build_env(cfg, gateway)
-    keys = parse_api_keys(gateway_env.get("TURNPIKE_API_KEYS") or DEFAULT_API_KEYS)
+    # As the gateway reads it: unset means the development key; set means checked.
+    keys = keys_by_tenant(gateway_env.get(API_KEYS_VARIABLE, DEFAULT_API_KEYS))
 
     def limit(name: str) -> int | None:
         raw = gateway_env.get(name)
@@ -107,7 +104,7 @@ def stack_endpoints(cfg: StackConfig) -> StackEndpoints:
         base_url=cfg.base_url,
         ws_url=f"{ws_base}/responses",
         ws_base_url=ws_base,
-        api_key=next(iter(keys.values()), DEV_API_KEY),
+        api_key=next(iter(keys.values())),
         api_keys=keys,
         gateway=cfg.address(cfg.gateway_port),
         workers=cfg.worker_addresses(),

@@ -5,22 +5,16 @@ from __future__ import annotations
 import hmac
 from collections.abc import Mapping
 
+from turnpike import config
+
 from gateway.errors import ApiError, unauthorized
 
 DEV_KEY = "sk-turnpike-dev"
 
 
 def parse_api_keys(spec: str) -> dict[str, str]:
-    keys: dict[str, str] = {}
-    for pair in spec.split(","):
-        pair = pair.strip()
-        if not pair:
-            continue
-        key, sep, tenant = pair.rpartition(":")
-        if not sep or not key or not tenant:
-            raise ValueError(f"TURNPIKE_API_KEYS entry {pair!r} is not 'key:tenant'")
-        keys[key] = tenant
-    return keys
+    """key -> tenant (the shared parser checks the setting)."""
+    return dict(config.parse_api_keys(spec))
 
 
 class ApiKeys:

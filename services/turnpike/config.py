@@ -117,6 +117,35 @@ def env_list(name: str, default: str) -> list[str]:
     return [part.strip() for part in env_str(name, default).split(",") if part.strip()]
 
 
+# The development key, tenant "dev": what make run accepts unless told otherwise.
+DEV_API_KEY = "sk-turnpike-dev"
+DEFAULT_API_KEYS = f"{DEV_API_KEY}:dev"
+API_KEYS_VARIABLE = "TURNPIKE_API_KEYS"
+
+
+def parse_api_keys(spec: str) -> list[tuple[str, str]]:
+    """``TURNPIKE_API_KEYS`` ("key:tenant", comma separated) as (key, tenant) pairs, in
+    order; a key may hold colons (the tenant follows the last one). ConfigError for an
+    entry without both parts, a key listed twice, or no pair at all. Keys are secrets:
+    errors name entries by position, never by their text."""
+    pairs: list[tuple[str, str]] = []
+    first_entry: dict[str, int] = {}
+    entries = [entry.strip() for entry in spec.split(",")]
+    for number, entry in enumerate(filter(None, entries), start=1):
+        key, colon, tenant = (part.strip() for part in entry.rpartition(":"))
+        if not colon or not key or not tenant:
+            raise ConfigError(f"{API_KEYS_VARIABLE}: entry {number} is not key:tenant")
+        if key in first_entry:
+            raise ConfigError(
+                f"{API_KEYS_VARIABLE}: entry {number} repeats the key of entry {first_entry[key]}"
+            )
+        first_entry[key] = number
+        pairs.append((key, tenant))
+    if not pairs:
+        raise ConfigError.invalid(API_KEYS_VARIABLE, spec, "no key:tenant pair")
+    return pairs
+
+
 def _address_of(backend: Service) -> Callable[[], str]:
     return lambda: env_address(backend.address_variable or "", backend.loopback_address)
 
@@ -157,10 +186,9 @@ class GrpcServerSettings:
 class GatewaySettings:
     host: str = field(default_factory=lambda: env_str("TURNPIKE_GATEWAY_HOST", LOOPBACK))
     port: int = field(default_factory=lambda: env_port(GATEWAY.port_variable, GATEWAY.port))
-    # "key:tenant" pairs, comma separated. The development key works out of the box.
-    api_keys: str = field(
-        default_factory=lambda: env_str("TURNPIKE_API_KEYS", "sk-turnpike-dev:dev")
-    )
+    # "key:tenant" pairs, comma separated (parse_api_keys). The development key works
+    # out of the box.
+    api_keys: str = field(default_factory=lambda: env_str(API_KEYS_VARIABLE, DEFAULT_API_KEYS))
     default_model: str = field(
         default_factory=lambda: env_str("TURNPIKE_DEFAULT_MODEL", "turnpike-sim")
     )
@@ -205,6 +233,9 @@ class GatewaySettings:
         default_factory=lambda: env_bool("TURNPIKE_ALLOW_PIPELINE_OVERRIDE", False)
     )
     endpoints: Endpoints = field(default_factory=Endpoints)
+
+    def __post_init__(self) -> None:
+        parse_api_keys(self.api_keys)  # refused at start-up, not at the first request
 
 
 @dataclass(frozen=True)
