@@ -16,8 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from turnpike.catalogue import GATEWAY, SAFETY, WORKER, loopback_workers
+from turnpike.config import default_state_dir
 
-from devstack.layout import ServiceSpec, StackConfig, default_services, default_state_dir
+from devstack.layout import ServiceSpec, StackConfig, default_services
 from devstack.supervisor import LocalStack, StackError
 
 
@@ -30,7 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--state",
         type=Path,
         default=default_state_dir(),
-        help="folder for logs, the billing ledger and the vocabulary (default: var/)",
+        help="folder for logs, the billing ledger and the vocabulary "
+        "(default: var/ at the top of the checkout)",
     )
     parser.add_argument(
         "--gateway-port",

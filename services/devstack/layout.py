@@ -17,20 +17,10 @@ from turnpike.catalogue import (
     ServiceProtocol,
     loopback_workers,
 )
+from turnpike.config import default_state_dir, ledger_path_in, vocab_dir_in
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 # The processes of one of each service (the workers are numbered: worker-1, worker-2...).
 SINGLE_SERVICES = tuple(s for s in SERVICES if s is not WORKER)
-
-
-def project_root() -> Path:
-    """The repository (where ``make run`` runs), or the working folder when installed
-    elsewhere."""
-    return _REPO_ROOT if (_REPO_ROOT / "pyproject.toml").is_file() else Path.cwd()
-
-
-def default_state_dir() -> Path:
-    return project_root() / "var"
 
 
 def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:
@@ -140,11 +130,11 @@ class StackConfig:
 
     @property
     def ledger_path(self) -> Path:
-        return self.state_dir / "billing" / "ledger.sqlite3"
+        return ledger_path_in(self.state_dir)
 
     @property
     def vocab_dir(self) -> Path:
-        return self.state_dir / "vocab"
+        return vocab_dir_in(self.state_dir)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import httpx
 from turnpike.grpc_client import check_health
 
 from devstack.environment import StackEndpoints, build_env, stack_endpoints
-from devstack.layout import ServiceSpec, StackConfig, default_services, project_root
+from devstack.layout import ServiceSpec, StackConfig, default_services
 
 # A fresh probe channel per attempt, so a service that starts late is seen at once
 # instead of after gRPC's reconnect backoff.
@@ -166,7 +166,6 @@ class LocalStack:
             popen = subprocess.Popen(
                 [self.python, "-m", spec.module],
                 env=build_env(self.config, spec),
-                cwd=project_root(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from turnpike.catalogue import (
@@ -144,6 +145,34 @@ def parse_api_keys(spec: str) -> list[tuple[str, str]]:
     if not pairs:
         raise ConfigError.invalid(API_KEYS_VARIABLE, spec, "no key:tenant pair")
     return pairs
+
+
+# The source checkout this package runs from (services/turnpike/config.py is two down).
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def default_state_dir() -> Path:
+    """Where processes keep what they write unless a variable says otherwise: var/ at
+    the top of the source checkout (make run and the tests), or the user's state folder
+    when the package runs from elsewhere. Never relative to the working folder."""
+    if (_CHECKOUT / "pyproject.toml").is_file():
+        return _CHECKOUT / "var"
+    return Path.home() / ".local" / "state" / "turnpike"
+
+
+def vocab_dir_in(state_dir: Path) -> Path:
+    return state_dir / "vocab"
+
+
+def ledger_path_in(state_dir: Path) -> Path:
+    return state_dir / "billing" / "ledger.sqlite3"
+
+
+def env_path(name: str, default: Callable[[Path], Path]) -> str:
+    """A path from the variable, else ``default`` of the default state folder (worked
+    out only then: the containers set every path)."""
+    raw = os.environ.get(name, "").strip()
+    return raw or str(default(default_state_dir()))
 
 
 def _address_of(backend: Service) -> Callable[[], str]:
@@ -295,7 +324,7 @@ class WorkerSettings:
 @dataclass(frozen=True)
 class BillingSettings:
     ledger_path: str = field(
-        default_factory=lambda: env_str("TURNPIKE_BILLING_LEDGER", "var/billing/ledger.sqlite3")
+        default_factory=lambda: env_path("TURNPIKE_BILLING_LEDGER", ledger_path_in)
     )
 
 
@@ -315,7 +344,7 @@ class ImageresSettings:
 @dataclass(frozen=True)
 class TokenizerSettings:
     # Where the o200k vocabulary is unpacked from its package for the harmony renderer.
-    vocab_dir: str = field(default_factory=lambda: env_str("TURNPIKE_VOCAB_DIR", "var/vocab"))
+    vocab_dir: str = field(default_factory=lambda: env_path("TURNPIKE_VOCAB_DIR", vocab_dir_in))
 
 
 @dataclass(frozen=True)
