@@ -1,8 +1,9 @@
 """Shared fixtures.
 
 ``stack`` (session scope) is the whole Turnpike stack as local processes, started the
-first time a test asks for it, on free ports (never ``make run``'s defaults) with a
-temporary state folder. It yields ``devstack.StackEndpoints``: ``base_url``, ``ws_url``,
+first time a test asks for it, as ``StackConfig.private`` lays it out: free ports (never
+``make run``'s defaults), a temporary state folder, none of the shell's TURNPIKE_*
+settings, no trace export. It yields ``devstack.StackEndpoints``: ``base_url``, ``ws_url``,
 ``api_key`` (sk-turnpike-dev), ``api_keys`` ({"dev", "alice", "bob"} -> key), every
 service's address, ``log_dir``, ``max_body_bytes`` / ``max_frame_bytes`` (1 MiB). Tests that use it are marked ``stack`` automatically,
 so ``pytest -m "not stack"`` runs everything else.
@@ -29,12 +30,7 @@ STACK_ENV = {
 @pytest.fixture(scope="session")
 def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """The running ``LocalStack`` itself (its logs, its processes)."""
-    config = StackConfig.on_free_ports(
-        state_dir=tmp_path_factory.mktemp("stack"),
-        extra_env=STACK_ENV,
-        inherit_turnpike_env=False,
-    )
-    local = LocalStack(config)
+    local = LocalStack(StackConfig.private(tmp_path_factory.mktemp("stack"), extra_env=STACK_ENV))
     try:
         local.start()
     except StackError as exc:

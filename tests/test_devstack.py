@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import replace
@@ -138,6 +139,22 @@ def test_free_port_layout_avoids_the_defaults(tmp_path: Path) -> None:
     assert not ports & DEFAULT_PORTS
 
 
+def test_a_private_stack_shares_nothing_with_make_run_or_the_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where new state folders go
+    config = StackConfig.private(workers=1, extra_env={"TURNPIKE_MAX_BODY_BYTES": "10"})
+    assert not set(config.ports().values()) & DEFAULT_PORTS
+    assert config.state_dir.parent == tmp_path and not any(config.state_dir.iterdir())
+    assert StackConfig.private().state_dir != config.state_dir
+    shell = {"TURNPIKE_DEFAULT_MODEL": "from-shell", "OTEL_EXPORTER_OTLP_ENDPOINT": "x"}
+    env = env_of(config, "gateway", shell)
+    assert "TURNPIKE_DEFAULT_MODEL" not in env
+    assert env["OTEL_SDK_DISABLED"] == "true" and env["TURNPIKE_MAX_BODY_BYTES"] == "10"
+    traced = StackConfig.private(tmp_path, extra_env={"OTEL_SDK_DISABLED": "false"})
+    assert env_of(traced, "gateway")["OTEL_SDK_DISABLED"] == "false"
+
+
 def test_endpoints_name_every_address_and_the_keys(tmp_path: Path) -> None:
     keys = "sk-a:alice,sk-b:bob"
     config = StackConfig(
@@ -190,10 +207,9 @@ def test_a_busy_port_is_named_and_nothing_starts(tmp_path: Path) -> None:
 
 def standin_config(tmp_path: Path, **kwargs) -> StackConfig:
     kwargs.setdefault("stop_timeout_s", 5.0)
-    return StackConfig.on_free_ports(
-        state_dir=tmp_path,
+    return StackConfig.private(
+        tmp_path,
         extra_env={"PYTHONPATH": str(SUPPORT_DIR)},
-        inherit_turnpike_env=False,
         startup_timeout_s=kwargs.pop("startup_timeout_s", 15.0),
         **kwargs,
     )

@@ -5,7 +5,6 @@ time went to."""
 from __future__ import annotations
 
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -72,16 +71,9 @@ def running(base_url: str, api_key: str, router: str) -> Target:
 
 
 def start_local() -> Target:
-    """A fresh stack on free ports with a private state folder, no tracing, and none of
-    the caller's TURNPIKE_* settings (devstack's own wiring allows the pipeline header)."""
-    state_dir = Path(tempfile.mkdtemp(prefix="turnpike-bench-loop-"))
-    config = StackConfig.on_free_ports(
-        state_dir=state_dir,
-        inherit_turnpike_env=False,
-        extra_env={"OTEL_SDK_DISABLED": "true"},
-        startup_timeout_s=90.0,
-    )
-    local = LocalStack(config)
+    """A fresh private stack (``StackConfig.private``; devstack's own wiring allows the
+    pipeline header)."""
+    local = LocalStack(StackConfig.private())
     local.start()
     ep = local.endpoints
     return Target(
@@ -91,7 +83,7 @@ def start_local() -> Target:
         f"stack started by the benchmark on free ports (ready in {local.ready_after_s:.1f} s)",
         pids=dict(local.pids),
         local=local,
-        state_dir=state_dir,
+        state_dir=local.config.state_dir,
     )
 
 

@@ -4,6 +4,7 @@ folder and extra variables (``StackConfig``, ``ServiceSpec``)."""
 from __future__ import annotations
 
 import socket
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -79,6 +80,29 @@ class StackConfig:
             host=host,
             service_ports={s.name: next(ports) for s in SINGLE_SERVICES},
             workers={wid: next(ports) for wid in ids},
+            **kwargs,
+        )
+
+    @classmethod
+    def private(
+        cls,
+        state_dir: Path | None = None,
+        *,
+        workers: int = 2,
+        extra_env: Mapping[str, str] | None = None,
+        **kwargs,
+    ) -> StackConfig:
+        """A stack that shares nothing with ``make run`` or the caller's shell (tests,
+        benchmarks): ports the OS reports free, its own state folder (a new temporary
+        one unless given), none of the caller's TURNPIKE_* settings, and no trace export
+        unless ``extra_env`` turns it on."""
+        if state_dir is None:
+            state_dir = Path(tempfile.mkdtemp(prefix="turnpike-stack-"))
+        return cls.on_free_ports(
+            workers,
+            state_dir=state_dir,
+            extra_env={"OTEL_SDK_DISABLED": "true", **(extra_env or {})},
+            inherit_turnpike_env=False,
             **kwargs,
         )
 
