@@ -5,26 +5,17 @@ writes from it, and nothing else repeats it."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import yaml
+from support.scripts import load_script
 from turnpike.catalogue import SERVICES, WORKER
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gen_ports = _load("gen_ports", ROOT / "scripts" / "gen_ports.py")
+gen_ports = load_script("gen_ports", ROOT / "scripts" / "gen_ports.py")
 
 
 def test_dotenv_and_the_kubernetes_base_carry_the_catalogue_ports():
@@ -64,7 +55,7 @@ def test_moving_every_port_in_the_catalogue_leaves_no_old_port_behind():
 def test_the_container_health_check_probes_the_catalogue_ports():
     # deploy/docker/healthcheck.py keeps a table of its own: it must say what the
     # catalogue says.
-    healthcheck = _load("turnpike_healthcheck", ROOT / "deploy" / "docker" / "healthcheck.py")
+    healthcheck = load_script("turnpike_healthcheck", ROOT / "deploy" / "docker" / "healthcheck.py")
     assert healthcheck.PORTS == {s.name: (s.port_variable, s.port) for s in SERVICES}
 
 

@@ -35,6 +35,12 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, path: Path, rect: tuple[float, float, float, float] | None = None) -> None:
+    fig.tight_layout(rect=rect)
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def plot_per_turn(data: dict[str, Any], path: Path, key: str, ylabel: str, title: str) -> None:
     plt = _pyplot()
     speed, tool_ms = reference_cell_key(data)
@@ -50,9 +56,7 @@ def plot_per_turn(data: dict[str, Any], path: Path, key: str, ylabel: str, title
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def plot_speedup(data: dict[str, Any], path: Path) -> None:
@@ -82,9 +86,7 @@ def plot_speedup(data: dict[str, Any], path: Path) -> None:
     ax.set_title("Whole agent loop: speed-up over legacy HTTP")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def plot_breakdown(data: dict[str, Any], path: Path) -> None:
@@ -127,9 +129,7 @@ def plot_breakdown(data: dict[str, Any], path: Path) -> None:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
     fig.suptitle(f"Where a loop's time goes (tool time {tool_ms:g} ms)")
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path, rect=(0, 0.07, 1, 1))
 
 
 def plot_stages(data: dict[str, Any], path: Path) -> None:
@@ -163,9 +163,7 @@ def plot_stages(data: dict[str, Any], path: Path) -> None:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
     fig.suptitle(f"{speed_label(speed)}, tool time {tool_ms:g} ms")
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path, rect=(0, 0.08, 1, 1))
 
 
 def plot_load(data: dict[str, Any], path: Path) -> None:
@@ -190,9 +188,7 @@ def plot_load(data: dict[str, Any], path: Path) -> None:
     ax.set_title(f"Connection mode: one loop vs {many['loops']} at once ({many['model']})")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def plot_capacity(data: dict[str, Any], path: Path) -> None:
@@ -237,9 +233,7 @@ def plot_capacity(data: dict[str, Any], path: Path) -> None:
     right.legend(fontsize=8)
     for ax in (left, right):
         ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def write_plots(data: dict[str, Any], out_dir: Path) -> list[str]:
