@@ -176,7 +176,11 @@ def env_path(name: str, default: Callable[[Path], Path]) -> str:
 
 
 def _address_of(backend: Service) -> Callable[[], str]:
-    return lambda: env_address(backend.address_variable or "", backend.loopback_address)
+    """Reads where the gateway finds ``backend`` (one of the catalogue's BACKENDS)."""
+    variable = backend.address_variable
+    if variable is None:
+        raise ValueError(f"the gateway does not call {backend.name} directly")
+    return lambda: env_address(variable, backend.loopback_address)
 
 
 @dataclass(frozen=True)
