@@ -41,6 +41,10 @@ def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:
 
 @dataclass(frozen=True)
 class StackConfig:
+    """Where a local stack runs: its host, every process's port, its state folder and
+    what every process is told beyond the stack's own wiring. The default is ``make
+    run``'s layout; ``private()`` one that shares nothing with it."""
+
     host: str = LOOPBACK
     # Port by service name, for every service but the workers (default: the catalogue's).
     service_ports: Mapping[str, int] = field(
