@@ -7,12 +7,13 @@ PY     := $(VENV)/bin/python
 PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv protos run test lint format lock clean images up down logs ps bench-services bench
+.PHONY: help venv protos ports run test lint format lock clean images up down logs ps bench-services bench
 
 help:
 	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1)"
 	@echo "make test    the whole test suite"
 	@echo "make protos  regenerate gRPC stubs from protos/"
+	@echo "make ports   write the ports of services/turnpike/catalogue.py into .env and deploy/k8s"
 	@echo "make lint    ruff check and format check"
 	@echo "make up      the stack as containers (builds what is missing, waits until healthy); make down|ps|logs"
 	@echo "make images  build the container images (no registry needed)"
@@ -31,6 +32,11 @@ venv: $(VENV)/.installed
 
 protos: venv
 	$(PY) scripts/gen_protos.py
+
+# Ports live in services/turnpike/catalogue.py; .env and the Kubernetes base get theirs
+# from it (a test fails when they are stale).
+ports: venv
+	$(PY) scripts/gen_ports.py
 
 run: venv
 	$(PY) -m devstack

@@ -1,8 +1,9 @@
 """Shared fixtures.
 
 ``stack`` (session scope) is the whole Turnpike stack as local processes, started the
-first time a test asks for it, on free ports (never ``make run``'s defaults) with a
-temporary state folder. It yields ``devstack.StackEndpoints``: ``base_url``, ``ws_url``,
+first time a test asks for it, as ``StackConfig.private`` lays it out: free ports (never
+``make run``'s defaults), a temporary state folder, none of the shell's TURNPIKE_*
+settings, no trace export. It yields ``devstack.StackEndpoints``: ``base_url``, ``ws_url``,
 ``api_key`` (sk-turnpike-dev), ``api_keys`` ({"dev", "alice", "bob"} -> key), every
 service's address, ``log_dir``, ``max_body_bytes`` / ``max_frame_bytes`` (1 MiB). Tests that use it are marked ``stack`` automatically,
 so ``pytest -m "not stack"`` runs everything else.
@@ -29,12 +30,7 @@ STACK_ENV = {
 @pytest.fixture(scope="session")
 def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """The running ``LocalStack`` itself (its logs, its processes)."""
-    config = StackConfig.on_free_ports(
-        state_dir=tmp_path_factory.mktemp("stack"),
-        extra_env=STACK_ENV,
-        inherit_turnpike_env=False,
-    )
-    local = LocalStack(config)
+    local = LocalStack(StackConfig.private(tmp_path_factory.mktemp("stack"), extra_env=STACK_ENV))
     try:
         local.start()
     except StackError as exc:
@@ -78,7 +74,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def start_worker() -> Iterator[Callable[..., tuple[subprocess.Popen, str]]]:
     """Start worker processes on free ports, killed at the end of the test: ``start(**env)``
-    gives (process, address). The simulator only, unless a test sets CEREBRAS_*."""
+    gives (process, address). The simulator only, unless a test configures a backend."""
     procs: list[subprocess.Popen] = []
 
     def start(**env: str) -> tuple[subprocess.Popen, str]:
@@ -87,8 +83,6 @@ def start_worker() -> Iterator[Callable[..., tuple[subprocess.Popen, str]]]:
             "TURNPIKE_WORKER_PORT": str(port),
             "TURNPIKE_WORKER_ID": "worker-proc",
             "TURNPIKE_SHUTDOWN_GRACE_S": "5",
-            "CEREBRAS_API_KEY": "",
-            "CEREBRAS_BASE_URL": "",
             **env,
         }
         procs.append(start_service("worker", env))

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ("tokenizer", "safety", "worker", "router", "billing")
 PLOTS = ("tokenizer_latency.png", "safety_latency.png", "worker_ttft.png")
@@ -38,6 +40,32 @@ def rates(value):
     elif isinstance(value, list):
         for inner in value:
             yield from rates(inner)
+
+
+def test_service_histories_are_the_agent_loops_rollout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One workload: the service benchmarks' histories are the loop's requests, the
+    model's calls chosen by the simulator as in a live loop."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT))  # bench/ is not installed, it runs from here
+    from turnpike.conversation.v1.conversation_pb2 import Item
+
+    from bench.loop.rollout import NUDGES, TASK, TOOLS, Rollout, repo_corpus
+    from bench.services.history import conversation
+
+    conv = conversation(3)
+    rollout = Rollout("any-run", repo_corpus(), turns=4)
+    assert conv.instructions.endswith(rollout.instructions.split("\n\n", 1)[1])
+    assert [t.name for t in conv.tools] == [t["name"] for t in TOOLS]
+    kinds = [item.kind for item in conv.items]
+    call, output, message = Item.FUNCTION_CALL, Item.FUNCTION_CALL_OUTPUT, Item.MESSAGE
+    assert kinds == [message, call, output, message, call, output, message, call, output]
+    assert conv.items[0].text == TASK and conv.items[3].text == NUDGES[0]
+    calls = [item for item in conv.items if item.kind == call]
+    outputs = [item for item in conv.items if item.kind == output]
+    for turn, (made, answered) in enumerate(zip(calls, outputs, strict=True), start=2):
+        assert {t["name"] for t in TOOLS} >= {made.name}
+        assert (answered.call_id, answered.name) == (made.call_id, made.name)
+        assert answered.text == rollout.tool_output(turn, made.name)
+    assert conv.last_turn == conv.items[-2:]
 
 
 def test_quick_run_writes_every_result(tmp_path: Path) -> None:

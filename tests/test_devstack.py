@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import replace
@@ -18,21 +19,26 @@ from pathlib import Path
 import httpx
 import pytest
 from devstack.__main__ import config_from_args, parse_args
-from devstack.stack import (
-    BACKENDS,
-    DEV_API_KEY,
-    LocalStack,
-    ServiceSpec,
-    StackConfig,
-    StackError,
-    build_env,
-    check_ports_free,
-    default_services,
-    parse_api_keys,
-)
+from devstack.environment import build_env
+from devstack.layout import ServiceSpec, StackConfig, default_services
+from devstack.supervisor import LocalStack, StackError, check_ports_free
 from support.standin_stack import SUPPORT_DIR, standin_services
+from turnpike.catalogue import (
+    BACKENDS,
+    GATEWAY,
+    IMAGERES,
+    ROUTER,
+    SAFETY,
+    SERVICES,
+    TOKENIZER,
+    WORKER,
+    service,
+)
+from turnpike.config import DEV_API_KEY
 
-DEFAULT_PORTS = {8080, 50051, 50052, 50053, 50054, 50055, 50061, 50062}
+BACKEND_NAMES = [b.name for b in BACKENDS]
+# make run's layout: one of each service, and a second worker on the next port.
+DEFAULT_PORTS = {s.port for s in SERVICES} | {WORKER.port + 1}
 
 
 def env_of(config: StackConfig, name: str, environ: dict[str, str] | None = None) -> dict:
@@ -46,28 +52,22 @@ def env_of(config: StackConfig, name: str, environ: dict[str, str] | None = None
 def test_default_layout_wires_every_service_to_the_others(tmp_path: Path) -> None:
     config = StackConfig(state_dir=tmp_path)
     services = {s.name: s for s in default_services(config)}
-    assert list(services) == [*BACKENDS, "worker-1", "worker-2", "gateway"]
+    assert list(services) == [*BACKEND_NAMES, "worker-1", "worker-2", "gateway"]
     assert {s.port for s in services.values()} == DEFAULT_PORTS
     assert services["gateway"].kind == "http"
     assert all(s.kind == "grpc" for n, s in services.items() if n != "gateway")
     assert services["worker-2"].module == "worker"
 
     router = env_of(config, "router")
-    assert router["TURNPIKE_WORKERS"] == "worker-1=127.0.0.1:50061,worker-2=127.0.0.1:50062"
-    assert router["TURNPIKE_ROUTER_PORT"] == "50053"
+    w1, w2 = WORKER.port, WORKER.port + 1
+    assert router["TURNPIKE_WORKERS"] == f"worker-1=127.0.0.1:{w1},worker-2=127.0.0.1:{w2}"
+    assert router["TURNPIKE_ROUTER_PORT"] == str(ROUTER.port)
 
     gateway = env_of(config, "gateway")
     assert gateway["TURNPIKE_GATEWAY_HOST"] == "127.0.0.1"
-    assert gateway["TURNPIKE_GATEWAY_PORT"] == "8080"
-    expected_addrs = {
-        "SAFETY": "127.0.0.1:50051",
-        "TOKENIZER": "127.0.0.1:50052",
-        "ROUTER": "127.0.0.1:50053",
-        "BILLING": "127.0.0.1:50054",
-        "IMAGERES": "127.0.0.1:50055",
-    }
-    for svc, address in expected_addrs.items():
-        assert gateway[f"TURNPIKE_{svc}_ADDR"] == address
+    assert gateway["TURNPIKE_GATEWAY_PORT"] == str(GATEWAY.port)
+    for svc in ("SAFETY", "TOKENIZER", "ROUTER", "BILLING", "IMAGERES"):
+        assert gateway[f"TURNPIKE_{svc}_ADDR"] == service(svc.lower()).loopback_address
     assert gateway["PYTHONUNBUFFERED"] == "1"
 
     billing = env_of(config, "billing")
@@ -76,8 +76,8 @@ def test_default_layout_wires_every_service_to_the_others(tmp_path: Path) -> Non
 
     worker2 = env_of(config, "worker-2")
     assert worker2["TURNPIKE_WORKER_ID"] == "worker-2"
-    assert worker2["TURNPIKE_WORKER_PORT"] == "50062"
-    assert env_of(config, "worker-1")["TURNPIKE_WORKER_PORT"] == "50061"
+    assert worker2["TURNPIKE_WORKER_PORT"] == str(w2)
+    assert env_of(config, "worker-1")["TURNPIKE_WORKER_PORT"] == str(w1)
 
 
 def test_environment_precedence_and_pass_through(tmp_path: Path) -> None:
@@ -99,7 +99,7 @@ def test_environment_precedence_and_pass_through(tmp_path: Path) -> None:
         "deployment.environment=dev,service.instance.id=worker-2"
     )
     assert worker["TURNPIKE_DEFAULT_MODEL"] == "from-shell"
-    assert worker["TURNPIKE_SAFETY_PORT"] == "50051"
+    assert worker["TURNPIKE_SAFETY_PORT"] == str(SAFETY.port)
     assert worker["TURNPIKE_MAX_BODY_BYTES"] == "10"
     assert worker["TURNPIKE_WORKER_ID"] == "worker-2"  # identity beats extra_env
     assert env_of(config, "gateway", caller)["OTEL_SERVICE_NAME"] == "gateway"
@@ -114,19 +114,20 @@ def test_cli_options_shift_ports_and_size_the_worker_pool(tmp_path: Path) -> Non
     args = parse_args(["--state", str(tmp_path), "--port-base", "1000", "--workers", "3"])
     config = config_from_args(args)
     assert config.state_dir == tmp_path.resolve()
-    assert config.gateway_port == 9080
-    assert config.safety_port == 51051
-    assert config.imageres_port == 51055
-    assert config.worker_ports == (51061, 51062, 51063)
+    assert config.gateway_port == GATEWAY.port + 1000
+    assert config.port("safety") == SAFETY.port + 1000
+    assert config.port("imageres") == IMAGERES.port + 1000
+    w1 = WORKER.port + 1000
+    assert config.workers == {"worker-1": w1, "worker-2": w1 + 1, "worker-3": w1 + 2}
     router = env_of(config, "router")
     assert router["TURNPIKE_WORKERS"] == (
-        "worker-1=127.0.0.1:51061,worker-2=127.0.0.1:51062,worker-3=127.0.0.1:51063"
+        f"worker-1=127.0.0.1:{w1},worker-2=127.0.0.1:{w1 + 1},worker-3=127.0.0.1:{w1 + 2}"
     )
     assert [s.name for s in default_services(config)][-2:] == ["worker-3", "gateway"]
 
     config = config_from_args(parse_args(["--gateway-port", "8099"]))
     assert config.gateway_port == 8099
-    assert config.safety_port == 50051
+    assert config.port("safety") == SAFETY.port
     with pytest.raises(SystemExit):
         parse_args(["--workers", "0"])
 
@@ -138,31 +139,50 @@ def test_free_port_layout_avoids_the_defaults(tmp_path: Path) -> None:
     assert not ports & DEFAULT_PORTS
 
 
+def test_a_private_stack_shares_nothing_with_make_run_or_the_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where new state folders go
+    config = StackConfig.private(workers=1, extra_env={"TURNPIKE_MAX_BODY_BYTES": "10"})
+    assert not set(config.ports().values()) & DEFAULT_PORTS
+    assert config.state_dir.parent == tmp_path and not any(config.state_dir.iterdir())
+    assert StackConfig.private().state_dir != config.state_dir
+    shell = {"TURNPIKE_DEFAULT_MODEL": "from-shell", "OTEL_EXPORTER_OTLP_ENDPOINT": "x"}
+    env = env_of(config, "gateway", shell)
+    assert "TURNPIKE_DEFAULT_MODEL" not in env
+    assert env["OTEL_SDK_DISABLED"] == "true" and env["TURNPIKE_MAX_BODY_BYTES"] == "10"
+    traced = StackConfig.private(tmp_path, extra_env={"OTEL_SDK_DISABLED": "false"})
+    assert env_of(traced, "gateway")["OTEL_SDK_DISABLED"] == "false"
+
+
 def test_endpoints_name_every_address_and_the_keys(tmp_path: Path) -> None:
     keys = "sk-a:alice,sk-b:bob"
     config = StackConfig(
         state_dir=tmp_path, extra_env={"TURNPIKE_API_KEYS": keys}, inherit_turnpike_env=False
     )
     ep = LocalStack(config).endpoints
-    assert ep.base_url == "http://127.0.0.1:8080/v1"
-    assert ep.ws_url == "ws://127.0.0.1:8080/v1/responses"
-    assert ep.ws_base_url == "ws://127.0.0.1:8080/v1"
+    gateway = GATEWAY.loopback_address
+    assert ep.base_url == f"http://{gateway}/v1"
+    assert ep.ws_url == f"ws://{gateway}/v1/responses"
+    assert ep.ws_base_url == f"ws://{gateway}/v1"
     assert ep.api_key == "sk-a"
     assert ep.api_keys == {"alice": "sk-a", "bob": "sk-b"}
-    assert ep.router == "127.0.0.1:50053"
-    assert ep.workers == {"worker-1": "127.0.0.1:50061", "worker-2": "127.0.0.1:50062"}
+    assert ep.router == ROUTER.loopback_address
+    w1, w2 = WORKER.port, WORKER.port + 1
+    assert ep.workers == {"worker-1": f"127.0.0.1:{w1}", "worker-2": f"127.0.0.1:{w2}"}
     assert (ep.max_body_bytes, ep.max_frame_bytes) == (None, None)
     limited = {"TURNPIKE_MAX_BODY_BYTES": "1024", "TURNPIKE_MAX_FRAME_BYTES": "2048"}
     ep = LocalStack(replace(config, extra_env=limited)).endpoints
     assert (ep.max_body_bytes, ep.max_frame_bytes) == (1024, 2048)
     sealed = StackConfig(state_dir=tmp_path, inherit_turnpike_env=False)
     assert LocalStack(sealed).endpoints.api_key == DEV_API_KEY
-    assert parse_api_keys(" k1:t1 , k2:t2,") == {"t1": "k1", "t2": "k2"}
 
 
 def test_bad_layouts_are_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="share a port"):
-        StackConfig(state_dir=tmp_path, safety_port=50052)
+        StackConfig(state_dir=tmp_path).with_ports(safety=TOKENIZER.port)
+    with pytest.raises(ValueError, match="exactly"):
+        StackConfig(state_dir=tmp_path).with_ports(cache=1)
     with pytest.raises(ValueError, match="unique"):
         LocalStack(
             StackConfig(state_dir=tmp_path),
@@ -173,10 +193,10 @@ def test_bad_layouts_are_rejected(tmp_path: Path) -> None:
 def test_a_busy_port_is_named_and_nothing_starts(tmp_path: Path) -> None:
     config = StackConfig.on_free_ports(state_dir=tmp_path)
     with socket.socket() as holder:
-        holder.bind(("127.0.0.1", config.router_port))
+        holder.bind(("127.0.0.1", config.port("router")))
         holder.listen()
         stack = LocalStack(config)
-        with pytest.raises(StackError, match=rf"port {config.router_port} \(router\)"):
+        with pytest.raises(StackError, match=rf"port {config.port('router')} \(router\)"):
             stack.start()
     assert stack.pids == {}
     assert not config.log_dir.exists()
@@ -187,10 +207,9 @@ def test_a_busy_port_is_named_and_nothing_starts(tmp_path: Path) -> None:
 
 def standin_config(tmp_path: Path, **kwargs) -> StackConfig:
     kwargs.setdefault("stop_timeout_s", 5.0)
-    return StackConfig.on_free_ports(
-        state_dir=tmp_path,
+    return StackConfig.private(
+        tmp_path,
         extra_env={"PYTHONPATH": str(SUPPORT_DIR)},
-        inherit_turnpike_env=False,
         startup_timeout_s=kwargs.pop("startup_timeout_s", 15.0),
         **kwargs,
     )
@@ -225,7 +244,7 @@ def test_start_waits_for_health_then_gateway_and_stop_leaves_nothing(tmp_path: P
         # it kept polling: a third probe now finds everything ready.
         reply = httpx.get(f"http://{stack.endpoints.gateway}/readyz", trust_env=False)
         assert reply.status_code == 200
-        for name in [*BACKENDS, "worker-1", "worker-2"]:
+        for name in [*BACKEND_NAMES, "worker-1", "worker-2"]:
             assert "serving on" in stack.tail(name)
         state = httpx.get(f"http://{stack.endpoints.gateway}/state", trust_env=False).json()
         # The gateway started only once every backend was listening.
@@ -275,7 +294,7 @@ def test_a_service_that_never_becomes_ready_times_out_by_name(tmp_path: Path) ->
     assert time.monotonic() - begin < 10
     message = str(caught.value)
     assert message.startswith("not ready after 2 s:")
-    assert f"tokenizer on {config.address(config.tokenizer_port)}" in message
+    assert f"tokenizer on {config.address(config.port('tokenizer'))}" in message
     assert "never reported SERVING" in message
     assert "safety on" not in message
     assert all(gone(pid) for pid in stack.pids.values())
@@ -301,7 +320,7 @@ def test_a_process_that_dies_while_running_is_reported(tmp_path: Path) -> None:
 
 def free_port_base() -> int:
     """A --port-base that puts every backend port on a free one."""
-    backends = [50051, 50052, 50053, 50054, 50055, 50061]
+    backends = [s.port for s in SERVICES if s.protocol == "grpc"]
     for base in range(1_013, 10_000, 131):
         try:
             check_ports_free("127.0.0.1", {str(p): p + base for p in backends})
@@ -375,7 +394,7 @@ def test_cli_prints_where_things_are_and_stops_cleanly_on_sigterm(tmp_path: Path
     try:
         out = cli.wait_for("Ctrl-C stops everything.")
         assert "Turnpike is ready" in out
-        assert f"127.0.0.1:{50051 + cli.port_base}" in out
+        assert f"127.0.0.1:{SAFETY.port + cli.port_base}" in out
         assert f"http://127.0.0.1:{cli.gateway_port}/v1" in out
         assert str(cli.state / "logs" / "worker-1.log") in out
         assert "/v1" in out and "sk-turnpike-dev" in out and "curl -s" in out

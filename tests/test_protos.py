@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import filecmp
-import importlib.util
-import sys
 from pathlib import Path
+
+from support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = ROOT / "services"
 
 
-def _load_generator():
-    spec = importlib.util.spec_from_file_location("gen_protos", ROOT / "scripts" / "gen_protos.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gen_protos"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_committed_stubs_match_the_protos(tmp_path):
-    generator = _load_generator()
+    generator = load_script("gen_protos", ROOT / "scripts" / "gen_protos.py")
     generator.generate(tmp_path)
     fresh = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*_pb2*"))
     assert fresh, "no stubs generated"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from router.health import INFERENCE_SERVICE
-from support.procs import free_port, start_service
+from support.procs import free_port, service_env, start_service
 from turnpike.grpc_client import wait_healthy
 from turnpike.router.v1 import router_pb2, router_pb2_grpc
 
@@ -152,7 +151,7 @@ def test_router_exits_with_clear_error_on_bad_models_file(tmp_path) -> None:
     bad.write_text('{"models": [{"id": "x"}]}')
     proc = subprocess.run(
         [sys.executable, "-m", "router"],
-        env={**os.environ, "TURNPIKE_MODELS_FILE": str(bad)},
+        env=service_env({"TURNPIKE_MODELS_FILE": str(bad)}),
         capture_output=True,
         text=True,
         timeout=20,

@@ -58,10 +58,9 @@ class Traced:
 def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
     receiver = Receiver(wait_s=15.0)
     port = receiver.start("127.0.0.1")
-    config = StackConfig.on_free_ports(
+    config = StackConfig.private(
+        tmp_path_factory.mktemp("traced-stack"),
         workers=1,
-        state_dir=tmp_path_factory.mktemp("traced-stack"),
-        inherit_turnpike_env=False,
         extra_env={
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
             "OTEL_EXPORTER_OTLP_INSECURE": "true",

@@ -354,3 +354,27 @@ def targets(
             )
         )
     return result
+
+
+# -- what the tables and plots show ------------------------------------------------------
+
+STAGE_ORDER = (
+    "load_conversation",
+    "validate_history",
+    "resolve_model",
+    "safety",
+    "resolve_images",
+    "render",
+    "route",
+)
+
+
+def speed_label(value: float) -> str:
+    return f"{value:,.0f} tok/s"
+
+
+def reference_cell_key(data: dict[str, Any]) -> tuple[float, float]:
+    """The (speed, tool) pair the per-turn plots show: 1,000 tok/s and no tool time when
+    run, else the first pair that was."""
+    pairs = [(c["tokens_per_second"], c["tool_ms"]) for c in data["cells"]]
+    return (FAST, 0.0) if (FAST, 0.0) in pairs else pairs[0]

@@ -259,9 +259,3 @@ class Rollout:
         body = text[start : start + self.output_chars]
         body = body[: body.rfind("\n") + 1] or body
         return path, text.count("\n", 0, start) + 1, body
-
-    # -- sizes, for the report ----------------------------------------------------------
-
-    def tool_output_chars(self) -> int:
-        """Characters of tool output the client sends over the whole loop."""
-        return sum(len(body) for _, _, body in self._slices.values())

@@ -5,19 +5,18 @@ time went to."""
 from __future__ import annotations
 
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from devstack.stack import DEV_API_KEY, LocalStack, StackConfig
+from devstack import LocalStack, StackConfig
 
 # Where `make run` puts everything (devstack's defaults).
 DEFAULT = StackConfig()
 DEFAULT_BASE_URL = DEFAULT.base_url
-DEFAULT_ROUTER = DEFAULT.address(DEFAULT.router_port)
+DEFAULT_ROUTER = DEFAULT.address(DEFAULT.port("router"))
 
 
 class StackMissing(RuntimeError):
@@ -72,26 +71,19 @@ def running(base_url: str, api_key: str, router: str) -> Target:
 
 
 def start_local() -> Target:
-    """A fresh stack on free ports with a private state folder, no tracing, and none of
-    the caller's TURNPIKE_* settings (devstack's own wiring allows the pipeline header)."""
-    state_dir = Path(tempfile.mkdtemp(prefix="turnpike-bench-loop-"))
-    config = StackConfig.on_free_ports(
-        state_dir=state_dir,
-        inherit_turnpike_env=False,
-        extra_env={"OTEL_SDK_DISABLED": "true"},
-        startup_timeout_s=90.0,
-    )
-    local = LocalStack(config)
+    """A fresh private stack (``StackConfig.private``; devstack's own wiring allows the
+    pipeline header)."""
+    local = LocalStack(StackConfig.private())
     local.start()
     ep = local.endpoints
     return Target(
         ep.base_url,
-        ep.api_key or DEV_API_KEY,
+        ep.api_key,
         ep.router,
         f"stack started by the benchmark on free ports (ready in {local.ready_after_s:.1f} s)",
         pids=dict(local.pids),
         local=local,
-        state_dir=state_dir,
+        state_dir=local.config.state_dir,
     )
 
 

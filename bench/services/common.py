@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from devstack.stack import LocalStack, StackConfig, default_services
+from devstack import LocalStack, StackConfig, default_services
 
 _STARTED = time.monotonic()
 K = TypeVar("K")
@@ -126,17 +126,11 @@ def machine_info() -> dict[str, Any]:
 
 
 def start_services(names: Iterable[str], state_dir: Path) -> tuple[LocalStack, dict[str, str]]:
-    """Start devstack's processes ``names`` (e.g. "tokenizer", "worker-1") on free ports,
-    with a private state folder, no tracing and none of the caller's TURNPIKE_* settings.
-    Returns the started stack and each process's address."""
+    """Start devstack's processes ``names`` (e.g. "tokenizer", "worker-1") as a private
+    stack (``StackConfig.private``) keeping its state in ``state_dir``. Returns the
+    started stack and each process's address."""
     wanted = set(names)
-    config = StackConfig.on_free_ports(
-        workers=2,
-        state_dir=state_dir,
-        inherit_turnpike_env=False,
-        extra_env={"OTEL_SDK_DISABLED": "true"},
-        startup_timeout_s=60.0,
-    )
+    config = StackConfig.private(state_dir, startup_timeout_s=60.0)
     specs = [spec for spec in default_services(config) if spec.name in wanted]
     if missing := wanted - {spec.name for spec in specs}:
         raise ValueError(f"devstack has no process named {sorted(missing)}")

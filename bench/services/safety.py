@@ -26,10 +26,10 @@ from bench.services.common import (
     sample,
     summarize,
 )
-from bench.services.conversation import conversation, history_tokens
+from bench.services.history import conversation, history_tokens
 
 NEEDS = ("safety",)
-TURNS = (1, 5, 10, 20, 40, 55)
+TURNS = (1, 5, 10, 20, 30, 40)
 QUICK_TURNS = (1, 5, 10)
 TENANT = "bench"
 
@@ -184,7 +184,8 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
             "incremental fast gRPC",
         ],
         rows,
-        "Incremental scores only the last turn's 2-3 items and folds them into the kept state.",
+        "Incremental scores only the last round's items (the model's call and the tool's "
+        "output) and folds them into the kept state.",
     )
     plot = "safety_latency.png"
     line_plot(
@@ -208,8 +209,9 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
         service="safety",
         title="Safety: full vs incremental classification",
         summary=(
-            "The same agent conversation as the tokenizer benchmark. *Full* classifies every "
-            "item (mode FULL), *incremental* only the last turn's items on a conversation "
+            "The same agent conversation as the tokenizer benchmark (the agent loop's). *Full* "
+            "classifies every item (mode FULL), *incremental* only the last round's items on "
+            "a conversation "
             "whose state is kept (mode INCREMENTAL). Each item's text is chunked and scored "
             "by the profanity model in one batch, and scanned for credentials. In-process "
             "calls `safety.engine.SafetyEngine.classify`; gRPC calls a `python -m safety` "

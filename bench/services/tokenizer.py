@@ -23,10 +23,10 @@ from bench.services.common import (
     sample,
     summarize,
 )
-from bench.services.conversation import OUTPUT_CHARS, conversation
+from bench.services.history import OUTPUT_CHARS, conversation
 
 NEEDS = ("tokenizer",)
-TURNS = (1, 5, 10, 20, 40, 55)
+TURNS = (1, 5, 10, 20, 30, 40)
 QUICK_TURNS = (1, 5, 10)
 
 
@@ -146,8 +146,8 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
             "full tok/s gRPC",
         ],
         rows,
-        "Append renders only the last turn's new items (function_call + output, sometimes an "
-        "assistant message: 650-800 tokens).",
+        "Append renders only the last round's items (the model's function call and the "
+        "tool's output: about 1,000 tokens).",
     )
     plot = "tokenizer_latency.png"
     line_plot(
@@ -169,10 +169,11 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
         service="tokenizer",
         title="Tokenizer: full render vs append",
         summary=(
-            "Harmony rendering of an agent conversation (instructions, 8 function tools, a user "
-            f"message, then N turns of read_file call + ~{OUTPUT_CHARS // 1000} KB of Python "
-            "source + an assistant message every third turn). *Full* renders the whole "
-            "conversation (`Render`), *append* only the last turn's items (`RenderAppend`). "
+            "Harmony rendering of the agent loop's conversation (`bench/loop/rollout.py`: "
+            "instructions, 8 function tools, the task, then N rounds of the simulator's "
+            f"function call, ~{OUTPUT_CHARS // 1000} KB of this repository's source as its "
+            "output and a short user nudge). *Full* renders the whole conversation "
+            "(`Render`), *append* only the last round's items (`RenderAppend`). "
             "In-process calls `tokenizer.render.Renderer`; gRPC calls a `python -m tokenizer` "
             "process on loopback, one request at a time (request protos built beforehand)."
         ),

@@ -23,7 +23,7 @@ from bench.services.common import (
     ms,
     summarize,
 )
-from bench.services.conversation import source_slice
+from bench.services.history import tool_outputs
 
 NEEDS = ("worker-1",)
 MODEL = "turnpike-sim"
@@ -93,15 +93,14 @@ def request(
     )
 
 
-def long_answer_items(rng: random.Random, tokens: int) -> list[Item]:
+def long_answer_items(tokens: int) -> list[Item]:
     """A conversation ending in many tool outputs: the simulator answers with one line
     (about 50 tokens) per output, so the answer has at least ``tokens`` tokens."""
     items = [
         Item(kind=Item.MESSAGE, role="user", text="Read every module and summarize each."),
         Item(kind=Item.FUNCTION_CALL, call_id="call_0", name="read_file", arguments="{}"),
     ]
-    for _ in range(tokens // 40 + 4):
-        _, text = source_slice(rng, 300)
+    for text in tool_outputs(tokens // 40 + 4, chars=300):
         items.append(
             Item(kind=Item.FUNCTION_CALL_OUTPUT, call_id="call_0", name="read_file", text=text)
         )
@@ -124,7 +123,7 @@ async def run(ctx: Context) -> Report:
         for tps, tokens, runs in ctx.pick(RATES, QUICK_RATES):
             client, worker, per_delta, received = [], [], [], []
             for _ in range(runs):
-                req = request(prompt(rng, 256), long_answer_items(rng, tokens), tps, tokens)
+                req = request(prompt(rng, 256), long_answer_items(tokens), tps, tokens)
                 stream = await generate(stub, req)
                 first_tokens = stream.deltas[0][1]
                 paced = stream.tokens - first_tokens  # tokens due after the first delta's

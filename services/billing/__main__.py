@@ -6,7 +6,7 @@ import logging
 
 import grpc
 from turnpike.billing.v1 import billing_pb2, billing_pb2_grpc
-from turnpike.config import BillingSettings, GrpcServerSettings
+from turnpike.config import BillingSettings, GrpcServerSettings, exit_on_config_error
 from turnpike.grpc_server import configure_logging, run
 
 from billing.server import BillingServicer, LedgerThread
@@ -16,6 +16,7 @@ log = logging.getLogger("billing")
 
 def main() -> None:
     configure_logging()
+    server_settings = GrpcServerSettings.for_service("billing")
     settings = BillingSettings()
     ledger = LedgerThread(settings.ledger_path)
     log.info("ledger at %s", settings.ledger_path)
@@ -27,10 +28,11 @@ def main() -> None:
         "billing",
         [billing_pb2.DESCRIPTOR.services_by_name["Billing"].full_name],
         register,
-        GrpcServerSettings.for_service("TURNPIKE_BILLING_PORT", 50054),
+        server_settings,
         on_shutdown=ledger.close,
     )
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error("billing"):
+        main()

@@ -1,22 +1,16 @@
 """The whole Turnpike stack as local processes on loopback (``make run``, test fixtures).
 
-``python -m devstack`` runs it in the foreground; ``LocalStack`` is the library behind it.
+``python -m devstack`` runs it in the foreground. The library behind it, by job:
+``layout`` (which processes, where: ``StackConfig``), ``environment`` (each process's
+variables, and where clients reach the stack) and ``supervisor`` (``LocalStack``:
+start, watch and stop the processes).
 """
 
-from devstack.stack import (
-    DEV_API_KEY,
-    LocalStack,
-    ServiceSpec,
-    StackConfig,
-    StackEndpoints,
-    StackError,
-    build_env,
-    default_services,
-    pick_free_ports,
-)
+from devstack.environment import StackEndpoints, build_env
+from devstack.layout import ServiceSpec, StackConfig, default_services, pick_free_ports
+from devstack.supervisor import LocalStack, StackError
 
 __all__ = [
-    "DEV_API_KEY",
     "LocalStack",
     "ServiceSpec",
     "StackConfig",

@@ -13,18 +13,13 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
-from devstack.stack import (
-    LocalStack,
-    ServiceSpec,
-    StackConfig,
-    StackError,
-    default_services,
-    default_state_dir,
-    default_worker_ports,
-)
+from turnpike.catalogue import GATEWAY, SAFETY, WORKER, loopback_workers
+from turnpike.config import default_state_dir
+
+from devstack.layout import ServiceSpec, StackConfig, default_services
+from devstack.supervisor import LocalStack, StackError
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,18 +31,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--state",
         type=Path,
         default=default_state_dir(),
-        help="folder for logs, the billing ledger and the vocabulary (default: var/)",
+        help="folder for logs, the billing ledger and the vocabulary "
+        "(default: var/ at the top of the checkout)",
     )
     parser.add_argument(
-        "--gateway-port", type=int, help="gateway HTTP port (default 8080, plus --port-base)"
+        "--gateway-port",
+        type=int,
+        help=f"gateway HTTP port (default {GATEWAY.port}, plus --port-base)",
     )
     parser.add_argument(
         "--port-base",
         type=int,
         default=0,
         metavar="N",
-        help="add N to every default port, to run beside another stack "
-        "(e.g. 1000: gateway 9080, safety 51051, workers 51061...)",
+        help="add N to every default port, to run beside another stack (e.g. 1000: "
+        f"gateway {GATEWAY.port + 1000}, safety {SAFETY.port + 1000}, "
+        f"workers {WORKER.port + 1000}...)",
     )
     parser.add_argument("--workers", type=int, default=2, help="inference workers (default 2)")
     args = parser.parse_args(argv)
@@ -57,11 +56,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def config_from_args(args: argparse.Namespace) -> StackConfig:
-    config = StackConfig(
-        state_dir=args.state, worker_ports=default_worker_ports(args.workers)
-    ).shifted(args.port_base)
+    config = StackConfig(state_dir=args.state, workers=loopback_workers(args.workers)).shifted(
+        args.port_base
+    )
     if args.gateway_port is not None:
-        config = replace(config, gateway_port=args.gateway_port)
+        config = config.with_ports(gateway=args.gateway_port)
     return config
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import uvicorn
-from turnpike.config import GatewaySettings
+from turnpike.config import GatewaySettings, exit_on_config_error
 
 from gateway.app import create_app
 
@@ -14,7 +14,7 @@ def main() -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    settings = GatewaySettings()
+    settings = GatewaySettings()  # every setting read (and checked) before serving
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -29,4 +29,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error("gateway"):
+        main()

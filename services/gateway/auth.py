@@ -3,30 +3,16 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
-from gateway.errors import ApiError, unauthorized
-
-DEV_KEY = "sk-turnpike-dev"
-
-
-def parse_api_keys(spec: str) -> dict[str, str]:
-    keys: dict[str, str] = {}
-    for pair in spec.split(","):
-        pair = pair.strip()
-        if not pair:
-            continue
-        key, sep, tenant = pair.rpartition(":")
-        if not sep or not key or not tenant:
-            raise ValueError(f"TURNPIKE_API_KEYS entry {pair!r} is not 'key:tenant'")
-        keys[key] = tenant
-    return keys
+from gateway.errors import unauthorized
 
 
 class ApiKeys:
-    def __init__(self, keys: dict[str, str]) -> None:
+    def __init__(self, keys: Iterable[tuple[str, str]]) -> None:
+        """``keys``: (key, tenant) pairs, as ``turnpike.config.parse_api_keys`` reads them."""
         # Encoded once: every request compares its token with each of them.
-        self._keys = [(key.encode(), tenant) for key, tenant in keys.items()]
+        self._keys = [(key.encode(), tenant) for key, tenant in keys]
 
     def tenant_for(self, headers: Mapping[str, str]) -> str:
         """The caller's tenant, or an ApiError(401)."""
@@ -54,4 +40,4 @@ def redact(token: str) -> str:
     return f"{token[:4]}{'*' * 8}{token[-4:]}"
 
 
-__all__ = ["DEV_KEY", "ApiError", "ApiKeys", "parse_api_keys"]
+__all__ = ["ApiKeys"]

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from turnpike.config import GatewaySettings, ImageresSettings
+from turnpike.config import GatewaySettings, parse_api_keys
 from turnpike.image_resolution import Limits
 
-from gateway.auth import ApiKeys, parse_api_keys
+from gateway.auth import ApiKeys
 from gateway.backends import Backends
 from gateway.billing_outbox import BillingOutbox
 from gateway.engine import ResponseEngine
@@ -43,7 +43,7 @@ class Gateway:
         else:
             store = InMemoryResponseStore(settings.store_max_responses)
         outbox = BillingOutbox(backends.billing, settings.billing_outbox_max_events)
-        images = ImageresSettings()
+        images = settings.images
         resources = Resources(
             backends,
             store,
@@ -51,7 +51,7 @@ class Gateway:
             TokenCache(settings.token_cache_tokens),
             Limits(images.max_image_bytes, images.max_image_pixels),
         )
-        keys = ApiKeys(parse_api_keys(settings.api_keys))
+        keys = ApiKeys(parse_api_keys(settings.api_keys))  # (key, tenant) pairs
         return cls(settings, keys, backends, store, outbox, ResponseEngine(resources, outbox))
 
     async def start(self) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import grpc
-from turnpike.config import GrpcServerSettings, ImageresSettings
+from turnpike.config import GrpcServerSettings, ImageresSettings, exit_on_config_error
 from turnpike.grpc_server import run
 from turnpike.image_resolution import Limits
 from turnpike.imageres.v1 import imageres_pb2, imageres_pb2_grpc
@@ -13,6 +13,7 @@ from imageres.server import ImageResolverServicer
 
 
 def main() -> None:
+    server_settings = GrpcServerSettings.for_service("imageres")
     settings = ImageresSettings()
     limits = Limits(
         max_image_bytes=settings.max_image_bytes, max_image_pixels=settings.max_image_pixels
@@ -28,10 +29,11 @@ def main() -> None:
         "imageres",
         [imageres_pb2.DESCRIPTOR.services_by_name["ImageResolver"].full_name],
         register,
-        GrpcServerSettings.for_service("TURNPIKE_IMAGERES_PORT", 50055),
+        server_settings,
         on_shutdown=channels.close,
     )
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error("imageres"):
+        main()

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import grpc
 from turnpike import grpc_server
-from turnpike.config import GrpcServerSettings, RouterSettings
+from turnpike.config import ConfigError, GrpcServerSettings, RouterSettings, exit_on_config_error
 from turnpike.router.v1 import router_pb2_grpc
 
 from router.health import HealthMonitor
@@ -19,11 +17,12 @@ def main() -> None:
     settings = RouterSettings()
     try:
         registry = ModelRegistry(load_models(settings.models_file))
+    except RegistryError as exc:
+        raise ConfigError.invalid("TURNPIKE_MODELS_FILE", settings.models_file, str(exc)) from exc
+    try:
         workers = parse_workers(settings.workers)
-    except (RegistryError, ValueError) as exc:
-        # Bad configuration: say what is wrong and exit, no traceback.
-        print(f"router: configuration error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    except ValueError as exc:
+        raise ConfigError.invalid("TURNPIKE_WORKERS", ",".join(settings.workers), str(exc)) from exc
     router = WorkerRouter(
         workers,
         affinity_capacity=settings.affinity_capacity,
@@ -42,10 +41,11 @@ def main() -> None:
         "router",
         [SERVICE_NAME],
         register,
-        GrpcServerSettings.for_service("TURNPIKE_ROUTER_PORT", 50053),
+        GrpcServerSettings.for_service("router"),
         on_shutdown=monitor.close,
     )
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error("router"):
+        main()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import grpc
-from turnpike.config import GrpcServerSettings, SafetySettings
+from turnpike.config import GrpcServerSettings, SafetySettings, exit_on_config_error
 from turnpike.grpc_server import configure_logging, run
 from turnpike.safety.v1 import safety_pb2, safety_pb2_grpc
 
@@ -16,6 +16,7 @@ from safety.state import ConversationStore
 
 def main() -> None:
     configure_logging()
+    server_settings = GrpcServerSettings.for_service("safety")
     settings = SafetySettings()
     # The model loads here, before the server starts and reports SERVING.
     engine = SafetyEngine(
@@ -32,9 +33,10 @@ def main() -> None:
         "safety",
         [safety_pb2.DESCRIPTOR.services_by_name["Safety"].full_name],
         register,
-        GrpcServerSettings.for_service("TURNPIKE_SAFETY_PORT", 50051),
+        server_settings,
     )
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error("safety"):
+        main()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import grpc
-from turnpike.config import GrpcServerSettings
+from turnpike.config import GrpcServerSettings, exit_on_config_error
 from turnpike.grpc_server import configure_logging, run
 from turnpike.tokenizer.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 
@@ -13,6 +13,7 @@ from tokenizer.server import TokenizerServicer
 
 def main() -> None:
     configure_logging()
+    server_settings = GrpcServerSettings.for_service("tokenizer")
     # Load the vocabulary before serving: a missing or corrupt vocabulary fails the start.
     servicer = TokenizerServicer(Renderer())
 
@@ -23,9 +24,10 @@ def main() -> None:
         "tokenizer",
         [tokenizer_pb2.DESCRIPTOR.services_by_name["Tokenizer"].full_name],
         register,
-        GrpcServerSettings.for_service("TURNPIKE_TOKENIZER_PORT", 50052),
+        server_settings,
     )
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error("tokenizer"):
+        main()

@@ -1,13 +1,92 @@
 """All configuration, in one place, read from environment variables.
 
-Every service reads only its own dataclass. Defaults are the loopback layout of
-``make run``; Compose and Kubernetes override them through the environment.
+Every service reads only its own dataclass, at start-up, before it serves: a malformed
+value raises ``ConfigError`` naming the variable, and the service exits 2 saying so
+(``exit_on_config_error``). Defaults are the loopback layout of ``make run`` (ports:
+``turnpike.catalogue``); Compose and Kubernetes override them through the environment.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from turnpike.catalogue import (
+    BILLING,
+    GATEWAY,
+    IMAGERES,
+    LOOPBACK,
+    ROUTER,
+    SAFETY,
+    TOKENIZER,
+    Service,
+    loopback_workers,
+    service,
+)
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work. The message names the variable and its value
+    (``TURNPIKE_X='12k': not an integer``), so it reads well on its own: every entry
+    point prints it as "<service>: configuration error: <message>" and exits 2
+    (``exit_on_config_error``). Services raise it for their own checks too."""
+
+    @classmethod
+    def invalid(cls, variable: str, value: str, problem: str) -> ConfigError:
+        return cls(f"{variable}={value!r}: {problem}")
+
+
+@contextmanager
+def exit_on_config_error(service: str) -> Iterator[None]:
+    """Around a service's entry point: a ConfigError becomes one line on stderr and exit
+    code 2, with no traceback (nothing in it is the code's fault)."""
+    try:
+        yield
+    except ConfigError as exc:
+        print(f"{service}: configuration error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
+def _read(name: str, default: T, parse: Callable[[str], T], expected: str) -> T:
+    """The variable parsed, or ``default`` when it is unset or empty."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        return parse(raw.strip())
+    except ValueError:
+        raise ConfigError.invalid(name, raw, expected) from None
+
+
+def _boolean(raw: str) -> bool:
+    word = raw.lower()
+    if word in ("1", "true", "yes", "on"):
+        return True
+    if word in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+def _port(raw: str) -> int:
+    port = int(raw)
+    if not 1 <= port <= 65535:
+        raise ValueError(raw)
+    return port
+
+
+def _address(raw: str) -> str:
+    host, colon, port = raw.rpartition(":")
+    if not colon or not host:
+        raise ValueError(raw)
+    _port(port)
+    return raw
 
 
 def env_str(name: str, default: str) -> str:
@@ -15,41 +94,104 @@ def env_str(name: str, default: str) -> str:
 
 
 def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    return int(raw) if raw not in (None, "") else default
+    return _read(name, default, int, "not an integer")
 
 
 def env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return float(raw) if raw not in (None, "") else default
+    return _read(name, default, float, "not a number")
 
 
 def env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw in (None, ""):
-        return default
-    return raw.strip().lower() in ("1", "true", "yes", "on")
+    return _read(name, default, _boolean, "not a boolean (true/false, yes/no, on/off, 1/0)")
+
+
+def env_port(name: str, default: int) -> int:
+    return _read(name, default, _port, "not a port (1-65535)")
+
+
+def env_address(name: str, default: str) -> str:
+    """A "host:port" another service listens on."""
+    return _read(name, default, _address, "not host:port")
 
 
 def env_list(name: str, default: str) -> list[str]:
     return [part.strip() for part in env_str(name, default).split(",") if part.strip()]
 
 
+# The development key, tenant "dev": what make run accepts unless told otherwise.
+DEV_API_KEY = "sk-turnpike-dev"
+DEFAULT_API_KEYS = f"{DEV_API_KEY}:dev"
+API_KEYS_VARIABLE = "TURNPIKE_API_KEYS"
+
+
+def parse_api_keys(spec: str) -> list[tuple[str, str]]:
+    """``TURNPIKE_API_KEYS`` ("key:tenant", comma separated) as (key, tenant) pairs, in
+    order; a key may hold colons (the tenant follows the last one). ConfigError for an
+    entry without both parts, a key listed twice, or no pair at all. Keys are secrets:
+    errors name entries by position, never by their text."""
+    pairs: list[tuple[str, str]] = []
+    first_entry: dict[str, int] = {}
+    entries = [entry.strip() for entry in spec.split(",")]
+    for number, entry in enumerate(filter(None, entries), start=1):
+        key, colon, tenant = (part.strip() for part in entry.rpartition(":"))
+        if not colon or not key or not tenant:
+            raise ConfigError(f"{API_KEYS_VARIABLE}: entry {number} is not key:tenant")
+        if key in first_entry:
+            raise ConfigError(
+                f"{API_KEYS_VARIABLE}: entry {number} repeats the key of entry {first_entry[key]}"
+            )
+        first_entry[key] = number
+        pairs.append((key, tenant))
+    if not pairs:
+        raise ConfigError.invalid(API_KEYS_VARIABLE, spec, "no key:tenant pair")
+    return pairs
+
+
+# The source checkout this package runs from (services/turnpike/config.py is two down).
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def default_state_dir() -> Path:
+    """Where processes keep what they write unless a variable says otherwise: var/ at
+    the top of the source checkout (make run and the tests), or the user's state folder
+    when the package runs from elsewhere. Never relative to the working folder."""
+    if (_CHECKOUT / "pyproject.toml").is_file():
+        return _CHECKOUT / "var"
+    return Path.home() / ".local" / "state" / "turnpike"
+
+
+def vocab_dir_in(state_dir: Path) -> Path:
+    return state_dir / "vocab"
+
+
+def ledger_path_in(state_dir: Path) -> Path:
+    return state_dir / "billing" / "ledger.sqlite3"
+
+
+def env_path(name: str, default: Callable[[Path], Path]) -> str:
+    """A path from the variable, else ``default`` of the default state folder (worked
+    out only then: the containers set every path)."""
+    raw = os.environ.get(name, "").strip()
+    return raw or str(default(default_state_dir()))
+
+
+def _address_of(backend: Service) -> Callable[[], str]:
+    """Reads where the gateway finds ``backend`` (one of the catalogue's BACKENDS)."""
+    variable = backend.address_variable
+    if variable is None:
+        raise ValueError(f"the gateway does not call {backend.name} directly")
+    return lambda: env_address(variable, backend.loopback_address)
+
+
 @dataclass(frozen=True)
 class Endpoints:
     """Where each backend service listens (host:port)."""
 
-    safety: str = field(default_factory=lambda: env_str("TURNPIKE_SAFETY_ADDR", "127.0.0.1:50051"))
-    tokenizer: str = field(
-        default_factory=lambda: env_str("TURNPIKE_TOKENIZER_ADDR", "127.0.0.1:50052")
-    )
-    router: str = field(default_factory=lambda: env_str("TURNPIKE_ROUTER_ADDR", "127.0.0.1:50053"))
-    billing: str = field(
-        default_factory=lambda: env_str("TURNPIKE_BILLING_ADDR", "127.0.0.1:50054")
-    )
-    imageres: str = field(
-        default_factory=lambda: env_str("TURNPIKE_IMAGERES_ADDR", "127.0.0.1:50055")
-    )
+    safety: str = field(default_factory=_address_of(SAFETY))
+    tokenizer: str = field(default_factory=_address_of(TOKENIZER))
+    router: str = field(default_factory=_address_of(ROUTER))
+    billing: str = field(default_factory=_address_of(BILLING))
+    imageres: str = field(default_factory=_address_of(IMAGERES))
 
 
 @dataclass(frozen=True)
@@ -57,7 +199,7 @@ class GrpcServerSettings:
     """Common to every backend service."""
 
     port: int
-    host: str = field(default_factory=lambda: env_str("TURNPIKE_GRPC_HOST", "127.0.0.1"))
+    host: str = field(default_factory=lambda: env_str("TURNPIKE_GRPC_HOST", LOOPBACK))
     # Seconds in-flight calls get to finish after SIGTERM.
     shutdown_grace_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_SHUTDOWN_GRACE_S", 5.0)
@@ -67,18 +209,35 @@ class GrpcServerSettings:
     )
 
     @classmethod
-    def for_service(cls, env_port: str, default_port: int) -> GrpcServerSettings:
-        return cls(port=env_int(env_port, default_port))
+    def for_service(cls, name: str) -> GrpcServerSettings:
+        """The settings of the catalogue's service ``name`` (its own port variable)."""
+        listed = service(name)
+        return cls(port=env_port(listed.port_variable, listed.port))
+
+
+@dataclass(frozen=True)
+class ImageresSettings:
+    """Image resolution's limits: the imageres service's, and the gateway's, which
+    resolves images in process on the sprint and connection pipelines."""
+
+    # Decoded size limit per image; larger images get a per-image error, not an RPC failure.
+    max_image_bytes: int = field(
+        default_factory=lambda: env_int("TURNPIKE_IMAGERES_MAX_IMAGE_BYTES", 20 * 1024 * 1024)
+    )
+    # Pixel limit per image: bounds the memory a full decode can take (a tiny file can
+    # declare huge dimensions).
+    max_image_pixels: int = field(
+        default_factory=lambda: env_int("TURNPIKE_IMAGERES_MAX_IMAGE_PIXELS", 8192 * 8192)
+    )
 
 
 @dataclass(frozen=True)
 class GatewaySettings:
-    host: str = field(default_factory=lambda: env_str("TURNPIKE_GATEWAY_HOST", "127.0.0.1"))
-    port: int = field(default_factory=lambda: env_int("TURNPIKE_GATEWAY_PORT", 8080))
-    # "key:tenant" pairs, comma separated. The development key works out of the box.
-    api_keys: str = field(
-        default_factory=lambda: env_str("TURNPIKE_API_KEYS", "sk-turnpike-dev:dev")
-    )
+    host: str = field(default_factory=lambda: env_str("TURNPIKE_GATEWAY_HOST", LOOPBACK))
+    port: int = field(default_factory=lambda: env_port(GATEWAY.port_variable, GATEWAY.port))
+    # "key:tenant" pairs, comma separated (parse_api_keys). The development key works
+    # out of the box.
+    api_keys: str = field(default_factory=lambda: env_str(API_KEYS_VARIABLE, DEFAULT_API_KEYS))
     default_model: str = field(
         default_factory=lambda: env_str("TURNPIKE_DEFAULT_MODEL", "turnpike-sim")
     )
@@ -128,14 +287,19 @@ class GatewaySettings:
         default_factory=lambda: env_bool("TURNPIKE_ALLOW_PIPELINE_OVERRIDE", False)
     )
     endpoints: Endpoints = field(default_factory=Endpoints)
+    images: ImageresSettings = field(default_factory=ImageresSettings)
+
+    def __post_init__(self) -> None:
+        parse_api_keys(self.api_keys)  # refused at start-up, not at the first request
 
 
 @dataclass(frozen=True)
 class RouterSettings:
-    # Inference workers as "id=host:port", comma separated.
+    # Inference workers as "id=host:port", comma separated (default: make run's two).
     workers: list[str] = field(
         default_factory=lambda: env_list(
-            "TURNPIKE_WORKERS", "worker-1=127.0.0.1:50061,worker-2=127.0.0.1:50062"
+            "TURNPIKE_WORKERS",
+            ",".join(f"{wid}={LOOPBACK}:{port}" for wid, port in loopback_workers(2).items()),
         )
     )
     models_file: str = field(default_factory=lambda: env_str("TURNPIKE_MODELS_FILE", ""))
@@ -206,27 +370,14 @@ class WorkerSettings:
 @dataclass(frozen=True)
 class BillingSettings:
     ledger_path: str = field(
-        default_factory=lambda: env_str("TURNPIKE_BILLING_LEDGER", "var/billing/ledger.sqlite3")
-    )
-
-
-@dataclass(frozen=True)
-class ImageresSettings:
-    # Decoded size limit per image; larger images get a per-image error, not an RPC failure.
-    max_image_bytes: int = field(
-        default_factory=lambda: env_int("TURNPIKE_IMAGERES_MAX_IMAGE_BYTES", 20 * 1024 * 1024)
-    )
-    # Pixel limit per image: bounds the memory a full decode can take (a tiny file can
-    # declare huge dimensions).
-    max_image_pixels: int = field(
-        default_factory=lambda: env_int("TURNPIKE_IMAGERES_MAX_IMAGE_PIXELS", 8192 * 8192)
+        default_factory=lambda: env_path("TURNPIKE_BILLING_LEDGER", ledger_path_in)
     )
 
 
 @dataclass(frozen=True)
 class TokenizerSettings:
     # Where the o200k vocabulary is unpacked from its package for the harmony renderer.
-    vocab_dir: str = field(default_factory=lambda: env_str("TURNPIKE_VOCAB_DIR", "var/vocab"))
+    vocab_dir: str = field(default_factory=lambda: env_path("TURNPIKE_VOCAB_DIR", vocab_dir_in))
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,11 @@ when ``TURNPIKE_OPENAI_COMPAT_BASE_URL`` is set."""
 from __future__ import annotations
 
 import logging
-import sys
 
 import grpc
 from turnpike import grpc_server
 from turnpike.backend_names import CEREBRAS, OPENAI_COMPATIBLE, SIMULATOR
-from turnpike.config import GrpcServerSettings, WorkerSettings
+from turnpike.config import ConfigError, GrpcServerSettings, WorkerSettings, exit_on_config_error
 from turnpike.inference.v1 import inference_pb2_grpc
 from turnpike.vocab import harmony_encoding
 
@@ -25,6 +24,7 @@ log = logging.getLogger("worker")
 
 
 def main() -> None:
+    server_settings = GrpcServerSettings.for_service("worker")
     settings = WorkerSettings()
     grpc_server.configure_logging()
     try:
@@ -38,8 +38,7 @@ def main() -> None:
         cerebras = CerebrasBackend.from_settings(settings)
         openai_compatible = OpenAICompatibleBackend.from_settings(settings)
     except ValueError as exc:
-        print(f"worker: configuration error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        raise ConfigError(str(exc)) from exc
     log.info(
         "worker %s: prefix cache %d tokens, error rate %.2f, stall after %d tokens, "
         "cerebras backend %s, openai-compatible backend %s",
@@ -78,10 +77,11 @@ def main() -> None:
         "worker",
         [SERVICE_NAME],
         register,
-        GrpcServerSettings.for_service("TURNPIKE_WORKER_PORT", 50061),
+        server_settings,
         on_shutdown,
     )
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error("worker"):
+        main()

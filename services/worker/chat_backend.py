@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import httpx
+from turnpike.config import ConfigError
 from turnpike.inference.v1 import inference_pb2 as pb
 
 from worker.backends import InvalidRequestError, error_event
@@ -294,9 +295,9 @@ class ChatBackend(ABC):
 def check_limits(prefix: str, timeout_s: float, max_retries: int) -> None:
     """Settings no backend can run with, named by their variables (``prefix``_...)."""
     if timeout_s <= 0:
-        raise ValueError(f"{prefix}_TIMEOUT_S must be > 0")
+        raise ConfigError.invalid(f"{prefix}_TIMEOUT_S", str(timeout_s), "must be > 0")
     if max_retries < 0:
-        raise ValueError(f"{prefix}_MAX_RETRIES must be >= 0")
+        raise ConfigError.invalid(f"{prefix}_MAX_RETRIES", str(max_retries), "must be >= 0")
 
 
 def sdk_error(exc: Any, status_error: type, connection_error: type) -> UpstreamError | None:

@@ -16,10 +16,8 @@ engine but without the images, they fail: `make test` builds them first.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 from support.otlp_receiver import Receiver
+from support.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("gateway", "safety", "tokenizer", "router", "billing", "imageres", "worker")
@@ -38,15 +37,7 @@ DOCKER_FIXTURES = {"docker_engine", "images", "container_stack", "otlp"}
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-deploy_compose = _load("turnpike_deploy_compose", REPO / "deploy" / "compose.py")
+deploy_compose = load_script("turnpike_deploy_compose", REPO / "deploy" / "compose.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,10 +18,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_service(module: str, env: dict[str, str]) -> subprocess.Popen:
-    """Run ``python -m module`` from the repository root with ``env`` added to ours."""
+# Settings a developer's shell may hold that would change a service under test.
+SERVICE_SETTINGS = ("TURNPIKE_", "CEREBRAS_")
+
+
+def service_env(env: dict[str, str]) -> dict[str, str]:
+    """Our environment without any service setting, then ``env``."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(SERVICE_SETTINGS)}
+    return {**clean, **env}
+
+
+def start_service(module: str, env: dict[str, str], **popen: Any) -> subprocess.Popen:
+    """Run ``python -m module`` from the repository root with ``env`` as its only
+    settings (``popen``: more ``subprocess.Popen`` arguments, e.g. to capture output)."""
     return subprocess.Popen(
-        [sys.executable, "-m", module],
-        cwd=REPO_ROOT,
-        env={**os.environ, **env},
+        [sys.executable, "-m", module], cwd=REPO_ROOT, env=service_env(env), **popen
     )

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from devstack import ServiceSpec, StackConfig, default_services
 from devstack.__main__ import main
-from devstack.stack import ServiceSpec, StackConfig, default_services
 
 SUPPORT_DIR = Path(__file__).resolve().parent
 

@@ -1,10 +1,8 @@
 """Run the Turnpike services as local processes on loopback.
 
-One ``StackConfig`` describes the layout (host, ports, state folder, extra variables);
-``build_env`` turns it into each process's environment, so ``make run`` and the test
-fixtures wire services together the same way. ``LocalStack`` starts the gRPC backends,
-waits for their health to report SERVING, then starts the gateway and waits for
-``GET /readyz`` to answer 200. ``stop()`` ends every process it started.
+``LocalStack`` starts the gRPC backends, waits for their health to report SERVING, then
+starts the gateway and waits for ``GET /readyz`` to answer 200. ``stop()`` ends every
+process it started.
 
 Each process runs in its own session (process group): a Ctrl-C in the terminal reaches
 only the launcher, which then stops the gateway before the backends it depends on, and
@@ -23,22 +21,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import grpc
 import httpx
 from turnpike.grpc_client import check_health
 
-DEV_API_KEY = "sk-turnpike-dev"
-DEFAULT_API_KEYS = f"{DEV_API_KEY}:dev"
-BACKENDS = ("safety", "tokenizer", "router", "billing", "imageres")
-FIRST_WORKER_PORT = 50061
-
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-
-Kind = Literal["grpc", "http"]
+from devstack.environment import StackEndpoints, build_env, stack_endpoints
+from devstack.layout import ServiceSpec, StackConfig, default_services
 
 # A fresh probe channel per attempt, so a service that starts late is seen at once
 # instead of after gRPC's reconnect backoff.
@@ -48,224 +39,6 @@ _TAIL_LINES = 30
 
 class StackError(RuntimeError):
     """The stack could not start, or a process of it died."""
-
-
-def project_root() -> Path:
-    """The repository (where ``make run`` runs), or the working folder when installed
-    elsewhere."""
-    return _REPO_ROOT if (_REPO_ROOT / "pyproject.toml").is_file() else Path.cwd()
-
-
-def default_state_dir() -> Path:
-    return project_root() / "var"
-
-
-def default_worker_ports(count: int, first: int = FIRST_WORKER_PORT) -> tuple[int, ...]:
-    return tuple(first + i for i in range(count))
-
-
-def pick_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct ports the OS reports free right now (all held open together,
-    so none is handed out twice)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-@dataclass(frozen=True)
-class StackConfig:
-    host: str = "127.0.0.1"
-    gateway_port: int = 8080
-    safety_port: int = 50051
-    tokenizer_port: int = 50052
-    router_port: int = 50053
-    billing_port: int = 50054
-    imageres_port: int = 50055
-    worker_ports: tuple[int, ...] = default_worker_ports(2)
-    state_dir: Path = field(default_factory=default_state_dir)
-    # Set in every process, over the stack's own wiring (but not over a process's
-    # identity: its port, worker id and telemetry service name).
-    extra_env: Mapping[str, str] = field(default_factory=dict)
-    # make run passes the caller's TURNPIKE_* settings through; tests turn this off so
-    # a developer's shell cannot change the stack under test.
-    inherit_turnpike_env: bool = True
-    startup_timeout_s: float = 90.0
-    stop_timeout_s: float = 10.0
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "state_dir", Path(self.state_dir).resolve())
-        object.__setattr__(self, "worker_ports", tuple(self.worker_ports))
-        if not self.worker_ports:
-            raise ValueError("the stack needs at least one worker")
-        ports = self.ports()
-        if len(set(ports.values())) != len(ports):
-            raise ValueError(f"two services share a port: {ports}")
-
-    @classmethod
-    def on_free_ports(cls, workers: int = 2, host: str = "127.0.0.1", **kwargs) -> StackConfig:
-        """A layout on ports the OS reports free, away from ``make run``'s defaults."""
-        ports = pick_free_ports(1 + len(BACKENDS) + workers, host)
-        named = {f"{svc}_port": port for svc, port in zip(BACKENDS, ports[1:], strict=False)}
-        return cls(
-            host=host,
-            gateway_port=ports[0],
-            worker_ports=tuple(ports[1 + len(BACKENDS) :]),
-            **named,
-            **kwargs,
-        )
-
-    def shifted(self, offset: int) -> StackConfig:
-        """Every port moved by ``offset`` (to run a second stack beside the first)."""
-        named = {f"{svc}_port": port + offset for svc, port in self.backend_ports().items()}
-        return replace(
-            self,
-            gateway_port=self.gateway_port + offset,
-            worker_ports=tuple(port + offset for port in self.worker_ports),
-            **named,
-        )
-
-    def backend_ports(self) -> dict[str, int]:
-        return {svc: getattr(self, f"{svc}_port") for svc in BACKENDS}
-
-    @property
-    def worker_ids(self) -> list[str]:
-        return [f"worker-{i}" for i in range(1, len(self.worker_ports) + 1)]
-
-    def worker_addresses(self) -> dict[str, str]:
-        return {
-            wid: self.address(port)
-            for wid, port in zip(self.worker_ids, self.worker_ports, strict=True)
-        }
-
-    def ports(self) -> dict[str, int]:
-        """Every process's port by process name."""
-        return {
-            "gateway": self.gateway_port,
-            **self.backend_ports(),
-            **dict(zip(self.worker_ids, self.worker_ports, strict=True)),
-        }
-
-    def address(self, port: int) -> str:
-        return f"{self.host}:{port}"
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.gateway_port}/v1"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.state_dir / "logs"
-
-    @property
-    def ledger_path(self) -> Path:
-        return self.state_dir / "billing" / "ledger.sqlite3"
-
-    @property
-    def vocab_dir(self) -> Path:
-        return self.state_dir / "vocab"
-
-
-@dataclass(frozen=True)
-class ServiceSpec:
-    """One process of the stack: ``python -m <module>``, ready when its gRPC health
-    reports SERVING (``grpc``) or ``GET /readyz`` answers 200 (``http``)."""
-
-    name: str
-    module: str
-    port: int
-    kind: Kind = "grpc"
-    env: Mapping[str, str] = field(default_factory=dict)
-
-
-def default_services(config: StackConfig) -> list[ServiceSpec]:
-    services = [ServiceSpec(svc, svc, port) for svc, port in config.backend_ports().items()]
-    for wid, port in zip(config.worker_ids, config.worker_ports, strict=True):
-        identity = {"TURNPIKE_WORKER_ID": wid, "TURNPIKE_WORKER_PORT": str(port)}
-        services.append(ServiceSpec(wid, "worker", port, env=identity))
-    services.append(ServiceSpec("gateway", "gateway", config.gateway_port, "http"))
-    return services
-
-
-def stack_env(config: StackConfig) -> dict[str, str]:
-    """The wiring every process shares: where each service listens, and the state folder."""
-    env = {
-        "PYTHONUNBUFFERED": "1",
-        "TURNPIKE_GRPC_HOST": config.host,
-        "TURNPIKE_GATEWAY_HOST": config.host,
-        "TURNPIKE_GATEWAY_PORT": str(config.gateway_port),
-        "TURNPIKE_WORKERS": ",".join(f"{w}={a}" for w, a in config.worker_addresses().items()),
-        "TURNPIKE_BILLING_LEDGER": str(config.ledger_path),
-        "TURNPIKE_VOCAB_DIR": str(config.vocab_dir),
-        # A development stack lets benchmarks pick a pipeline per request.
-        "TURNPIKE_ALLOW_PIPELINE_OVERRIDE": "true",
-    }
-    for svc, port in config.backend_ports().items():
-        env[f"TURNPIKE_{svc.upper()}_PORT"] = str(port)
-        env[f"TURNPIKE_{svc.upper()}_ADDR"] = config.address(port)
-    return env
-
-
-def build_env(
-    config: StackConfig, spec: ServiceSpec, environ: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """A process's environment. Precedence, lowest first: the caller's environment
-    (OTEL_* included; TURNPIKE_* only if ``inherit_turnpike_env``), the stack's wiring,
-    ``config.extra_env``, then the process's identity."""
-    environ = os.environ if environ is None else environ
-    env = {
-        key: value
-        for key, value in environ.items()
-        if config.inherit_turnpike_env or not key.startswith("TURNPIKE_")
-    }
-    env.update(stack_env(config))
-    env.update(config.extra_env)
-    # One trace service per program; replicas (worker-1, worker-2) told apart by instance.
-    env["OTEL_SERVICE_NAME"] = spec.module
-    attributes = [env.get("OTEL_RESOURCE_ATTRIBUTES", ""), f"service.instance.id={spec.name}"]
-    env["OTEL_RESOURCE_ATTRIBUTES"] = ",".join(a for a in attributes if a)
-    env.update(spec.env)
-    return env
-
-
-def parse_api_keys(raw: str) -> dict[str, str]:
-    """``"key:tenant,..."`` -> {tenant: key}, in the given order."""
-    keys: dict[str, str] = {}
-    for pair in raw.split(","):
-        key, _, tenant = pair.strip().partition(":")
-        if key:
-            keys.setdefault(tenant or key, key)
-    return keys
-
-
-@dataclass(frozen=True)
-class StackEndpoints:
-    """Where a running stack can be reached."""
-
-    base_url: str  # http://host:port/v1 (the SDK's base_url)
-    ws_url: str  # ws://host:port/v1/responses (the WebSocket endpoint itself)
-    ws_base_url: str  # ws://host:port/v1 (the SDK's websocket_base_url)
-    api_key: str  # the first configured key (sk-turnpike-dev unless overridden)
-    api_keys: dict[str, str]  # tenant -> key
-    gateway: str
-    safety: str
-    tokenizer: str
-    router: str
-    billing: str
-    imageres: str
-    workers: dict[str, str]  # worker id -> address
-    state_dir: Path
-    log_dir: Path
-    ledger_path: Path
-    # Gateway size limits when the stack sets them (None: the gateway's own default).
-    max_body_bytes: int | None = None
-    max_frame_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -380,30 +153,7 @@ class LocalStack:
 
     @property
     def endpoints(self) -> StackEndpoints:
-        cfg = self.config
-        gateway_env = build_env(cfg, ServiceSpec("gateway", "gateway", cfg.gateway_port, "http"))
-        keys = parse_api_keys(gateway_env.get("TURNPIKE_API_KEYS") or DEFAULT_API_KEYS)
-
-        def limit(name: str) -> int | None:
-            raw = gateway_env.get(name)
-            return int(raw) if raw else None
-
-        ws_base = f"ws://{cfg.host}:{cfg.gateway_port}/v1"
-        return StackEndpoints(
-            base_url=cfg.base_url,
-            ws_url=f"{ws_base}/responses",
-            ws_base_url=ws_base,
-            api_key=next(iter(keys.values()), DEV_API_KEY),
-            api_keys=keys,
-            gateway=cfg.address(cfg.gateway_port),
-            workers=cfg.worker_addresses(),
-            state_dir=cfg.state_dir,
-            log_dir=cfg.log_dir,
-            ledger_path=cfg.ledger_path,
-            max_body_bytes=limit("TURNPIKE_MAX_BODY_BYTES"),
-            max_frame_bytes=limit("TURNPIKE_MAX_FRAME_BYTES"),
-            **{svc: cfg.address(port) for svc, port in cfg.backend_ports().items()},
-        )
+        return stack_endpoints(self.config)
 
     # -- internals -----------------------------------------------------------------
 
@@ -416,7 +166,6 @@ class LocalStack:
             popen = subprocess.Popen(
                 [self.python, "-m", spec.module],
                 env=build_env(self.config, spec),
-                cwd=project_root(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

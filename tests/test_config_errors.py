@@ -1,0 +1,119 @@
+"""Bad configuration fails the same way everywhere: the settings readers raise a
+ConfigError naming the variable and its value, and every service's entry point turns it
+into one line on stderr, "<service>: configuration error: <message>", and exit code 2,
+before it serves anything and without a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from support.procs import start_service
+from turnpike.catalogue import SERVICES
+from turnpike.config import (
+    ConfigError,
+    Endpoints,
+    GatewaySettings,
+    GrpcServerSettings,
+    env_bool,
+    env_float,
+    env_int,
+)
+
+# -- the readers -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "reader, raw, problem",
+    [
+        (env_int, "12k", "not an integer"),
+        (env_float, "fast", "not a number"),
+        (env_bool, "maybe", "not a boolean"),
+    ],
+)
+def test_a_malformed_value_is_named_with_its_variable(monkeypatch, reader, raw, problem):
+    monkeypatch.setenv("TURNPIKE_SOMETHING", raw)
+    with pytest.raises(ConfigError) as caught:
+        reader("TURNPIKE_SOMETHING", 1)
+    assert str(caught.value).startswith(f"TURNPIKE_SOMETHING={raw!r}: {problem}")
+
+
+def test_readers_keep_their_defaults_and_read_good_values(monkeypatch):
+    monkeypatch.setenv("TURNPIKE_EMPTY", "")
+    assert env_int("TURNPIKE_EMPTY", 3) == 3 and env_bool("TURNPIKE_EMPTY", True) is True
+    monkeypatch.setenv("TURNPIKE_N", " 42 ")
+    assert env_int("TURNPIKE_N", 0) == 42 and env_float("TURNPIKE_N", 0.0) == 42.0
+    for raw, value in (("Yes", True), ("on", True), ("0", False), ("FALSE", False)):
+        monkeypatch.setenv("TURNPIKE_FLAG", raw)
+        assert env_bool("TURNPIKE_FLAG", not value) is value
+
+
+@pytest.mark.parametrize("raw", ["0", "65536", "-1", "http"])
+def test_a_port_outside_the_valid_range_is_refused(monkeypatch, raw):
+    monkeypatch.setenv("TURNPIKE_ROUTER_PORT", raw)
+    with pytest.raises(ConfigError, match=rf"^TURNPIKE_ROUTER_PORT='{raw}': "):
+        GrpcServerSettings.for_service("router")
+
+
+@pytest.mark.parametrize("raw", ["safety", "safety:", ":50051", "safety:port"])
+def test_a_backend_address_must_be_host_and_port(monkeypatch, raw):
+    monkeypatch.setenv("TURNPIKE_SAFETY_ADDR", raw)
+    with pytest.raises(ConfigError, match=r"^TURNPIKE_SAFETY_ADDR=.*host:port"):
+        Endpoints()
+    monkeypatch.setenv("TURNPIKE_SAFETY_ADDR", "safety:50051")
+    assert Endpoints().safety == "safety:50051"
+
+
+def test_settings_are_checked_when_read(monkeypatch):
+    monkeypatch.setenv("TURNPIKE_WS_MAX_LANES", "many")
+    with pytest.raises(ConfigError, match="TURNPIKE_WS_MAX_LANES='many'"):
+        GatewaySettings()
+
+
+# -- every service, as a process ------------------------------------------------------------
+
+
+def run_with(module: str, env: dict[str, str], timeout: float = 60.0) -> tuple[int, str]:
+    proc = start_service(module, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err
+
+
+def assert_configuration_error(service: str, code: int, err: str, *named: str) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    [line] = [ln for ln in err.splitlines() if "configuration error" in ln]
+    assert line.startswith(f"{service}: configuration error: "), err
+    for text in named:
+        assert text in line, line
+
+
+@pytest.mark.parametrize("service", [s.name for s in SERVICES])
+def test_every_service_exits_2_naming_a_bad_port(service):
+    variable = next(s.port_variable for s in SERVICES if s.name == service)
+    code, err = run_with(service, {variable: "eighty"})
+    assert_configuration_error(service, code, err, variable, "'eighty'")
+
+
+@pytest.mark.parametrize(
+    "service, variable, value",
+    [
+        # Read by the gateway at import (its image limits), and with its settings (its
+        # keys are checked before uvicorn starts the app).
+        ("gateway", "TURNPIKE_IMAGERES_MAX_IMAGE_BYTES", "20MB"),
+        ("gateway", "TURNPIKE_API_KEYS", "sk-without-tenant"),
+        ("gateway", "TURNPIKE_ROUTER_ADDR", "router"),
+        ("router", "TURNPIKE_WORKERS", "worker-1"),
+        ("router", "TURNPIKE_MODELS_FILE", "/nonexistent/models.json"),
+        ("safety", "TURNPIKE_SAFETY_FLAG_THRESHOLD", "high"),
+        ("billing", "TURNPIKE_SHUTDOWN_GRACE_S", "soon"),
+    ],
+)
+def test_service_specific_settings_fail_the_same_way(service, variable, value):
+    code, err = run_with(service, {variable: value})
+    assert_configuration_error(service, code, err, variable)
