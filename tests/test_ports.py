@@ -52,13 +52,6 @@ def test_moving_every_port_in_the_catalogue_leaves_no_old_port_behind():
     assert all(w.endswith(f":{worker_port}") for w in config["TURNPIKE_WORKERS"].split(","))
 
 
-def test_the_container_health_check_probes_the_catalogue_ports():
-    # deploy/docker/healthcheck.py keeps a table of its own: it must say what the
-    # catalogue says.
-    healthcheck = load_script("turnpike_healthcheck", ROOT / "deploy" / "docker" / "healthcheck.py")
-    assert healthcheck.PORTS == {s.name: (s.port_variable, s.port) for s in SERVICES}
-
-
 def test_the_readme_table_shows_the_catalogue_ports():
     readme = (ROOT / "README.md").read_text()
     for svc in SERVICES:

@@ -4,8 +4,9 @@ exit 0 when healthy, 1 when not).
 A backend is asked over the standard gRPC health service (``grpc.health.v1``, the
 server-wide status ""); the gateway over ``GET /readyz``, which answers 200 once every
 backend it needs is serving. The port is the one the service itself reads from its
-environment. Neither probe is traced: this process has no tracer, and the services
-leave health checks out of their traces.
+environment (the service catalogue of the shared library, on the image's PYTHONPATH).
+Neither probe is traced: this process has no tracer, and the services leave health
+checks out of their traces.
 """
 
 from __future__ import annotations
@@ -13,17 +14,8 @@ from __future__ import annotations
 import os
 import sys
 
-# Service -> (its port variable, the default it uses), as in turnpike.config and each
-# service's __main__.
-PORTS = {
-    "gateway": ("TURNPIKE_GATEWAY_PORT", 8080),
-    "safety": ("TURNPIKE_SAFETY_PORT", 50051),
-    "tokenizer": ("TURNPIKE_TOKENIZER_PORT", 50052),
-    "router": ("TURNPIKE_ROUTER_PORT", 50053),
-    "billing": ("TURNPIKE_BILLING_PORT", 50054),
-    "imageres": ("TURNPIKE_IMAGERES_PORT", 50055),
-    "worker": ("TURNPIKE_WORKER_PORT", 50061),
-}
+from turnpike.catalogue import SERVICES
+
 TIMEOUT_S = 3.0
 WILDCARDS = ("", "0.0.0.0", "::", "[::]")
 
@@ -67,13 +59,14 @@ def check_http(port: int) -> tuple[bool, str]:
 
 
 def main() -> int:
-    service = os.environ.get("TURNPIKE_SERVICE", "")
-    if service not in PORTS:
-        print(f"unknown TURNPIKE_SERVICE {service!r}; expected one of {sorted(PORTS)}")
+    name = os.environ.get("TURNPIKE_SERVICE", "")
+    known = {service.name: service for service in SERVICES}
+    if name not in known:
+        print(f"unknown TURNPIKE_SERVICE {name!r}; expected one of {sorted(known)}")
         return 1
-    variable, default = PORTS[service]
-    port = int(os.environ.get(variable) or default)
-    healthy, detail = (check_http if service == "gateway" else check_grpc)(port)
+    service = known[name]
+    port = int(os.environ.get(service.port_variable) or service.port)
+    healthy, detail = (check_http if service.protocol == "http" else check_grpc)(port)
     print(detail)
     return 0 if healthy else 1
 
