@@ -124,8 +124,9 @@ def test_services_get_standard_otel_settings_and_known_turnpike_variables(compos
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "${OTEL_EXPORTER_OTLP_ENDPOINT}"
         assert env["OTEL_SERVICE_NAME"] == name.split("-")[0]
         for key in env:
-            assert key.startswith(("OTEL_", "TURNPIKE_")), f"{name}: {key}"
-            if key.startswith("TURNPIKE_"):
+            # CEREBRAS_*: the Cerebras SDK's own names (turnpike.config reads them).
+            assert key.startswith(("OTEL_", "TURNPIKE_", "CEREBRAS_")), f"{name}: {key}"
+            if key.startswith(("TURNPIKE_", "CEREBRAS_")):
                 assert f'"{key}"' in code, f"{name}: {key} is read by no service"
 
 
