@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from devstack import LocalStack, StackConfig, StackEndpoints, StackError
+from gateway.engine import ResponseEngine
+from support.gateway_standins import StandIns, resources
 from support.procs import free_port, start_service
 
 STACK_ENV = {
@@ -93,3 +95,15 @@ def start_worker() -> Iterator[Callable[..., tuple[subprocess.Popen, str]]]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def backends() -> StandIns:
+    """The gateway's backend clients over in-process stand-ins (router, safety, tokenizer)."""
+    return StandIns()
+
+
+@pytest.fixture
+def engine(backends: StandIns) -> ResponseEngine:
+    """A response engine over ``backends``, an in-memory store and fresh caches."""
+    return ResponseEngine(resources(backends), outbox=None)

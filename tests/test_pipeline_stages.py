@@ -1,352 +1,43 @@
-"""The pipelines as compositions of stages: their data flow (checked when a pipeline is
-built, and held to by every stage), and what the stages do (or skip) with in-process
-stand-ins for the router, safety and tokenizer services."""
+"""What the stages do (or skip) on each pipeline, with in-process stand-ins for the
+router, safety and tokenizer services."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from array import array
 
-import grpc
 import pytest
 from gateway import request_context
-from gateway.backends import Backends
 from gateway.connection_cache import ConnectionCache
-from gateway.conversation_state import ConversationState, RenderedPrefix
-from gateway.engine import ResponseEngine
+from gateway.conversation_state import RenderedPrefix
 from gateway.errors import ApiError
 from gateway.items import to_proto
-from gateway.model_cache import ModelConfigCache
 from gateway.pipelines import (
     CONNECTION,
     LEGACY,
-    PIPELINES,
     SPRINT,
-    Pipeline,
-    check_data_flow,
-    pipeline_named,
 )
-from gateway.prepared import STAGE_OUTPUTS, Parent, Prepared
-from gateway.request import CreateRequest, parse_create
-from gateway.request_context import RequestContext
+from gateway.prepared import Parent, Prepared
+from gateway.request import CreateRequest
 from gateway.stages import (
-    Concurrently,
-    LoadConversation,
-    Render,
-    ResolveImages,
-    ResolveModel,
-    Resources,
-    Route,
-    Safety,
-    Stage,
     ValidateHistory,
-    each_stage,
 )
 from gateway.stages.keys import content_keys, conversation_key
-from gateway.store import StoredResponse
-from gateway.store_memory import InMemoryResponseStore
-from gateway.token_cache import TokenCache
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from turnpike.image_resolution import Limits
-from turnpike.router.v1 import router_pb2
-from turnpike.safety.v1 import safety_pb2
-from turnpike.tokenizer.v1 import tokenizer_pb2
-
-TENANT = "acme"
-MODEL = router_pb2.ModelConfig(
-    id="sim", aliases=["sim-alias"], context_window=100, max_output_tokens=64
+from support.gateway_standins import (
+    COMPLETION_PROMPT,
+    MODEL,
+    TENANT,
+    cached_parent,
+    context,
+    create,
+    message,
+    prepare,
+    store_parent,
 )
-COMPLETION_PROMPT = [9, 9]
-
-
-# -- stand-ins for the backends ----------------------------------------------------------
-
-
-class Router:
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    async def ResolveModel(self, request, timeout=None):
-        self.calls.append("ResolveModel")
-        if request.model not in (MODEL.id, *MODEL.aliases):
-            raise grpc.aio.AioRpcError(
-                grpc.StatusCode.NOT_FOUND, grpc.aio.Metadata(), grpc.aio.Metadata(), "no model"
-            )
-        return MODEL
-
-    async def Route(self, request, timeout=None):
-        self.calls.append("Route")
-        return router_pb2.RouteDecision(model=MODEL, worker_id="worker-1", worker_address="w:1")
-
-
-class SafetyService:
-    def __init__(self) -> None:
-        self.requests: list[safety_pb2.ClassifyRequest] = []
-        self.verdict = safety_pb2.ALLOW
-        self.wait_for: asyncio.Event | None = None
-
-    async def Classify(self, request, timeout=None):
-        self.requests.append(request)
-        if self.wait_for is not None:
-            await self.wait_for.wait()
-        findings = [safety_pb2.Finding(category="profanity")]
-        return safety_pb2.ClassifyResponse(
-            verdict=self.verdict,
-            findings=findings if self.verdict != safety_pb2.ALLOW else [],
-            items_scored=len(request.items),
-        )
-
-
-class Tokenizer:
-    """Every item renders to ``per_item`` tokens: 1s in full, 2s appended."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, int]] = []
-        self.per_item = 3
-        self.rendered = asyncio.Event()
-
-    async def Render(self, request, timeout=None):
-        self.calls.append(("Render", len(request.items)))
-        self.rendered.set()
-        return tokenizer_pb2.RenderResponse(
-            tokens=[1] * (self.per_item * len(request.items)), completion_prompt=COMPLETION_PROMPT
-        )
-
-    async def RenderAppend(self, request, timeout=None):
-        self.calls.append(("RenderAppend", len(request.items)))
-        self.rendered.set()
-        return tokenizer_pb2.RenderResponse(
-            tokens=[2] * (self.per_item * len(request.items)), completion_prompt=COMPLETION_PROMPT
-        )
-
-
-class StandIns(Backends):
-    """The gateway's backend clients (and their one way of calling), over stand-ins."""
-
-    def __init__(self) -> None:
-        self.timeout_s = 1.0
-        self.router = Router()
-        self.safety = SafetyService()
-        self.tokenizer = Tokenizer()
-
-
-@pytest.fixture
-def backends() -> StandIns:
-    return StandIns()
-
-
-def resources(backends: Backends) -> Resources:
-    return Resources(
-        backends, InMemoryResponseStore(100), ModelConfigCache(30.0), TokenCache(10**6), Limits()
-    )
-
-
-@pytest.fixture
-def engine(backends: StandIns) -> ResponseEngine:
-    return ResponseEngine(resources(backends), outbox=None)
-
-
-def create(websocket: bool = False, **body) -> CreateRequest:
-    return parse_create(
-        {"model": "sim", "input": "hi", **body}, default_model="sim", websocket=websocket
-    )
-
-
-def context(pipeline: Pipeline, cache: ConnectionCache | None = None, tenant: str = TENANT):
-    return RequestContext(tenant, pipeline.name, connection_cache=cache)
-
-
-async def prepare(
-    engine: ResponseEngine,
-    request: CreateRequest,
-    pipeline: Pipeline,
-    ctx: RequestContext | None = None,
-) -> Prepared:
-    return await engine.prepare(request, ctx or context(pipeline), pipeline)
-
-
-def message(role: str, text: str, item_id: str) -> dict:
-    kind = "output_text" if role == "assistant" else "input_text"
-    return {
-        "id": item_id,
-        "type": "message",
-        "role": role,
-        "content": [{"type": kind, "text": text}],
-        "status": "completed",
-    }
-
-
-PARENT_INPUT = [message("user", "hello", "msg_u1")]
-PARENT_OUTPUT = [message("assistant", "hi there", "msg_a1")]
-
-
-async def store_parent(engine: ResponseEngine, response_id: str = "resp_parent") -> None:
-    response = {"id": response_id, "output": PARENT_OUTPUT, "previous_response_id": None}
-    await engine.res.store.put(StoredResponse(TENANT, response, PARENT_INPUT, "affinity-1"))
-
-
-def cached_parent(follow_up: CreateRequest) -> ConversationState:
-    """What a connection keeps of a finished response: model, worker, rendered tokens."""
-    history = [*PARENT_INPUT, *PARENT_OUTPUT]
-    call_names: dict[str, str] = {}
-    proto_history = to_proto(history, call_names)
-    return ConversationState(
-        response={"id": "resp_parent"},
-        history=history,
-        proto_history=proto_history,
-        call_names=call_names,
-        conversation_id="resp_first",
-        affinity_key="affinity-1",
-        rendered=RenderedPrefix(
-            follow_up.header_key,
-            array("I", [5] * 10),
-            len(proto_history),
-            array("I", COMPLETION_PROMPT),
-        ),
-        model=MODEL,
-        route=router_pb2.RouteDecision(model=MODEL, worker_id="worker-9", worker_address="w:9"),
-        image_tokens=7,
-    )
-
-
-def shape(pipeline: Pipeline) -> list[str | tuple[str, ...]]:
-    return [
-        tuple(s.name for s in step.stages) if isinstance(step, Concurrently) else step.name
-        for step in pipeline.stages
-    ]
-
-
-# -- composition and data flow ---------------------------------------------------------
-
-
-def steps(*names: str) -> tuple:
-    """Stages by name, in the order the pipelines list them."""
-    stage_of = {
-        "load": LoadConversation(),
-        "validate": ValidateHistory(),
-        "model": ResolveModel(),
-        "safety": Safety(),
-        "images": ResolveImages(),
-        "render": Render(),
-        "route": Route(),
-    }
-    return tuple(stage_of[name] for name in names)
-
-
-def test_the_pipelines_are_the_three_of_the_design() -> None:
-    assert PIPELINES == {"legacy": LEGACY, "sprint": SPRINT, "connection": CONNECTION}
-    assert (LEGACY.policy.worker_via_imageres, LEGACY.policy.billing_before_terminal) == (
-        True,
-        True,
-    )
-    # Sprint keeps each response's tokens for its own loader; the others never look.
-    assert [p.policy.keep_rendered_tokens for p in (LEGACY, SPRINT, CONNECTION)] == [
-        False,
-        True,
-        False,
-    ]
-
-
-def test_a_stage_may_read_only_what_an_earlier_step_wrote() -> None:
-    check_data_flow("ok", steps("load", "validate", "model", "render", "route"))
-    with pytest.raises(ValueError, match=r"bad: render reads conversation, model, parent"):
-        check_data_flow("bad", steps("render"))
-    with pytest.raises(ValueError, match=r"bad: route reads prompt, which no earlier step"):
-        check_data_flow("bad", steps("load", "validate", "model", "route", "render"))
-
-
-def test_stages_running_together_neither_share_an_output_nor_read_each_other() -> None:
-    load, validate, model, *_ = steps("load", "validate", "model")
-    head = (load, validate, model)
-    check_data_flow("ok", (*head, Concurrently(Safety(), ResolveImages(), Render())))
-    with pytest.raises(ValueError, match="render writes 'prompt', which another stage writes"):
-        check_data_flow("bad", (*head, Concurrently(Render(), Render(append=True))))
-    with pytest.raises(ValueError, match="route reads prompt, which no earlier step writes"):
-        check_data_flow("bad", (*head, Concurrently(Render(), Route())))
-    with pytest.raises(ValueError, match="resolve_model writes 'model', which another"):
-        check_data_flow("bad", (*head, ResolveModel(cached=True)))
-
-
-def test_images_are_resolved_once_by_the_hop_or_by_a_stage() -> None:
-    head = steps("load", "validate", "model")
-    with pytest.raises(ValueError, match="one resolver"):
-        Pipeline("both", (*head, Concurrently(ResolveImages(), Render())), True, False)
-    with pytest.raises(ValueError, match="one resolver"):
-        Pipeline("neither", (*head, Render()), False, False)
-
-
-class Recorded(Prepared):
-    """A ``Prepared`` that notes which stage reads or writes which of its fields."""
-
-    def __init__(self, *args) -> None:
-        object.__setattr__(self, "current", None)  # the stage at work
-        object.__setattr__(self, "reads", {})
-        object.__setattr__(self, "writes", {})
-        super().__init__(*args)
-
-    def __getattribute__(self, name: str):
-        if name in Recorded.FIELDS:
-            current = object.__getattribute__(self, "current")
-            object.__getattribute__(self, "reads").setdefault(current, set()).add(name)
-        return object.__getattribute__(self, name)
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in Recorded.FIELDS and self.current is not None:
-            self.writes.setdefault(self.current, set()).add(name)
-        object.__setattr__(self, name, value)
-
-
-Recorded.FIELDS = frozenset(f.name for f in dataclasses.fields(Prepared))
-
-
-async def run_recorded(pipeline: Pipeline, p: Recorded, res: Resources) -> None:
-    """Each stage on its own (reads of stages running together are told apart)."""
-    for stage in each_stage(pipeline.steps):
-        object.__setattr__(p, "current", stage)
-        if stage.applies(p):
-            output = await stage.run(p, res)
-            object.__setattr__(p, "current", "pipeline")
-            setattr(p, stage.output, output)
-            object.__setattr__(p, "current", stage)
-            stage.check(p)
-
-
-@pytest.mark.parametrize("pipeline", [LEGACY, SPRINT, CONNECTION], ids=lambda p: p.name)
-@pytest.mark.parametrize("turn", ["first", "from the store", "from the connection cache"])
-async def test_every_stage_reads_only_its_inputs_and_writes_only_its_output(
-    engine, pipeline: Pipeline, turn: str
-) -> None:
-    await store_parent(engine)
-    request, cache = create(), ConnectionCache(4)
-    if turn != "first":
-        request = create(previous_response_id="resp_parent", input="and now?")
-    if turn == "from the connection cache":
-        cache.put("resp_parent", cached_parent(request))
-    p = Recorded(request, context(pipeline, cache), "resp_1")
-    await run_recorded(pipeline, p, engine.res)
-    stages: list[Stage] = list(each_stage(pipeline.steps))
-    for stage in stages:
-        assert p.reads.get(stage, set()) <= stage.inputs | {stage.output}, stage.name
-        assert stage.output in STAGE_OUTPUTS
-    assert not any(p.writes.get(stage) for stage in stages)  # outputs come back from run
-    assert p.writes["pipeline"] == {s.output for s in stages if s.applies(p)}
-
-
-def test_a_request_picks_a_pipeline_only_when_allowed() -> None:
-    assert pipeline_named(None, SPRINT, True) is SPRINT
-    assert pipeline_named("legacy", SPRINT, False) is SPRINT
-    assert pipeline_named(" Connection ", SPRINT, True) is CONNECTION
-    with pytest.raises(ApiError) as err:
-        pipeline_named("fast", SPRINT, True)
-    assert err.value.status == 400 and err.value.param == "X-Turnpike-Pipeline"
-    assert err.value.code == "invalid_value"
-    assert err.value.message == (
-        "Unknown pipeline 'fast'; expected one of: legacy, sprint, connection."
-    )
-
+from turnpike.safety.v1 import safety_pb2
 
 # -- stages at work ----------------------------------------------------------------------
 

@@ -1,0 +1,177 @@
+"""In-process stand-ins for the gateway's backends (router, safety, tokenizer), and the
+requests, contexts and parents the pipeline and stage tests build on."""
+
+from __future__ import annotations
+
+import asyncio
+from array import array
+
+import grpc
+from gateway.backends import Backends
+from gateway.connection_cache import ConnectionCache
+from gateway.conversation_state import ConversationState, RenderedPrefix
+from gateway.engine import ResponseEngine
+from gateway.items import to_proto
+from gateway.model_cache import ModelConfigCache
+from gateway.pipelines import (
+    Pipeline,
+)
+from gateway.prepared import Prepared
+from gateway.request import CreateRequest, parse_create
+from gateway.request_context import RequestContext
+from gateway.stages import (
+    Resources,
+)
+from gateway.store import StoredResponse
+from gateway.store_memory import InMemoryResponseStore
+from gateway.token_cache import TokenCache
+from turnpike.image_resolution import Limits
+from turnpike.router.v1 import router_pb2
+from turnpike.safety.v1 import safety_pb2
+from turnpike.tokenizer.v1 import tokenizer_pb2
+
+TENANT = "acme"
+MODEL = router_pb2.ModelConfig(
+    id="sim", aliases=["sim-alias"], context_window=100, max_output_tokens=64
+)
+COMPLETION_PROMPT = [9, 9]
+
+
+# -- stand-ins for the backends ----------------------------------------------------------
+
+
+class Router:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def ResolveModel(self, request, timeout=None):
+        self.calls.append("ResolveModel")
+        if request.model not in (MODEL.id, *MODEL.aliases):
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.NOT_FOUND, grpc.aio.Metadata(), grpc.aio.Metadata(), "no model"
+            )
+        return MODEL
+
+    async def Route(self, request, timeout=None):
+        self.calls.append("Route")
+        return router_pb2.RouteDecision(model=MODEL, worker_id="worker-1", worker_address="w:1")
+
+
+class SafetyService:
+    def __init__(self) -> None:
+        self.requests: list[safety_pb2.ClassifyRequest] = []
+        self.verdict = safety_pb2.ALLOW
+        self.wait_for: asyncio.Event | None = None
+
+    async def Classify(self, request, timeout=None):
+        self.requests.append(request)
+        if self.wait_for is not None:
+            await self.wait_for.wait()
+        findings = [safety_pb2.Finding(category="profanity")]
+        return safety_pb2.ClassifyResponse(
+            verdict=self.verdict,
+            findings=findings if self.verdict != safety_pb2.ALLOW else [],
+            items_scored=len(request.items),
+        )
+
+
+class Tokenizer:
+    """Every item renders to ``per_item`` tokens: 1s in full, 2s appended."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.per_item = 3
+        self.rendered = asyncio.Event()
+
+    async def Render(self, request, timeout=None):
+        self.calls.append(("Render", len(request.items)))
+        self.rendered.set()
+        return tokenizer_pb2.RenderResponse(
+            tokens=[1] * (self.per_item * len(request.items)), completion_prompt=COMPLETION_PROMPT
+        )
+
+    async def RenderAppend(self, request, timeout=None):
+        self.calls.append(("RenderAppend", len(request.items)))
+        self.rendered.set()
+        return tokenizer_pb2.RenderResponse(
+            tokens=[2] * (self.per_item * len(request.items)), completion_prompt=COMPLETION_PROMPT
+        )
+
+
+class StandIns(Backends):
+    """The gateway's backend clients (and their one way of calling), over stand-ins."""
+
+    def __init__(self) -> None:
+        self.timeout_s = 1.0
+        self.router = Router()
+        self.safety = SafetyService()
+        self.tokenizer = Tokenizer()
+
+
+def resources(backends: Backends) -> Resources:
+    return Resources(
+        backends, InMemoryResponseStore(100), ModelConfigCache(30.0), TokenCache(10**6), Limits()
+    )
+
+
+def create(websocket: bool = False, **body) -> CreateRequest:
+    return parse_create(
+        {"model": "sim", "input": "hi", **body}, default_model="sim", websocket=websocket
+    )
+
+
+def context(pipeline: Pipeline, cache: ConnectionCache | None = None, tenant: str = TENANT):
+    return RequestContext(tenant, pipeline.name, connection_cache=cache)
+
+
+async def prepare(
+    engine: ResponseEngine,
+    request: CreateRequest,
+    pipeline: Pipeline,
+    ctx: RequestContext | None = None,
+) -> Prepared:
+    return await engine.prepare(request, ctx or context(pipeline), pipeline)
+
+
+def message(role: str, text: str, item_id: str) -> dict:
+    kind = "output_text" if role == "assistant" else "input_text"
+    return {
+        "id": item_id,
+        "type": "message",
+        "role": role,
+        "content": [{"type": kind, "text": text}],
+        "status": "completed",
+    }
+
+
+PARENT_INPUT = [message("user", "hello", "msg_u1")]
+PARENT_OUTPUT = [message("assistant", "hi there", "msg_a1")]
+
+
+async def store_parent(engine: ResponseEngine, response_id: str = "resp_parent") -> None:
+    response = {"id": response_id, "output": PARENT_OUTPUT, "previous_response_id": None}
+    await engine.res.store.put(StoredResponse(TENANT, response, PARENT_INPUT, "affinity-1"))
+
+
+def cached_parent(follow_up: CreateRequest) -> ConversationState:
+    """What a connection keeps of a finished response: model, worker, rendered tokens."""
+    history = [*PARENT_INPUT, *PARENT_OUTPUT]
+    call_names: dict[str, str] = {}
+    proto_history = to_proto(history, call_names)
+    return ConversationState(
+        response={"id": "resp_parent"},
+        history=history,
+        proto_history=proto_history,
+        call_names=call_names,
+        conversation_id="resp_first",
+        affinity_key="affinity-1",
+        rendered=RenderedPrefix(
+            follow_up.header_key,
+            array("I", [5] * 10),
+            len(proto_history),
+            array("I", COMPLETION_PROMPT),
+        ),
+        model=MODEL,
+        route=router_pb2.RouteDecision(model=MODEL, worker_id="worker-9", worker_address="w:9"),
+        image_tokens=7,
+    )
