@@ -50,8 +50,19 @@ def test_wrong_key_is_401(stack):
     assert "sk-wrong-key-123456" not in error["message"]
 
 
-def test_malformed_json_is_400(stack):
-    expect_error(post(stack, None, raw=b'{"input": "x",'), 400, "invalid_json")
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"input": "x",',
+        b'{"input": "\\ud800"}',  # a lone surrogate: not text
+        b'{"input": "x", "temperature": NaN}',
+        b"[" * 10_000 + b"]" * 10_000,  # nesting no parser should follow
+        b'{"input": "\xff"}',  # not UTF-8
+    ],
+    ids=["truncated", "lone-surrogate", "nan", "deep-nesting", "not-utf8"],
+)
+def test_malformed_json_is_400(stack, raw):
+    expect_error(post(stack, None, raw=raw), 400, "invalid_json")
 
 
 def test_wrong_type_is_400_not_422(stack):
@@ -149,6 +160,15 @@ def send(sock, **body):
     sock.send(json.dumps({"type": "response.create", **body}))
 
 
+def test_websocket_frames_are_not_compressed_unless_configured(stack):
+    """permessage-deflate costs more CPU per event than it saves on a data-centre network;
+    the gateway declines it unless TURNPIKE_WS_PER_MESSAGE_DEFLATE is set."""
+    with ws(stack, compression="deflate") as sock:
+        assert sock.protocol.extensions == []
+        send(sock, input="hello")
+        assert until_terminal(sock)[-1]["type"] == "response.completed"
+
+
 def test_websocket_upgrade_without_a_valid_key_is_refused(stack):
     for headers in ({}, {"Authorization": "Bearer sk-wrong"}):
         with pytest.raises(InvalidStatus) as err:
@@ -160,6 +180,8 @@ def test_websocket_upgrade_without_a_valid_key_is_refused(stack):
     ("frame", "status", "code"),
     [
         ("{broken", 400, "invalid_json"),
+        ('{"type": "response.create", "input": "\\ud800"}', 400, "invalid_json"),
+        ("[" * 10_000 + "]" * 10_000, 400, "invalid_json"),
         (
             json.dumps({"type": "response.create", "input": "x", "top_p": "high"}),
             400,

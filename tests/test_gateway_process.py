@@ -54,9 +54,22 @@ def stop(proc):
 
 @pytest.fixture
 def gateway(stack):
-    proc, base = start_gateway(stack, TURNPIKE_WS_MAX_LIFETIME_S="2")
+    proc, base = start_gateway(
+        stack, TURNPIKE_WS_MAX_LIFETIME_S="2", TURNPIKE_WS_PER_MESSAGE_DEFLATE="true"
+    )
     yield proc, base
     stop(proc)
+
+
+def test_websocket_compression_when_configured(gateway):
+    _, base = gateway
+    url = base.replace("http://", "ws://") + "/v1/responses"
+    headers = {"Authorization": "Bearer sk-turnpike-dev"}
+    with ws_connect(url, additional_headers=headers, compression="deflate") as sock:
+        assert [e.name for e in sock.protocol.extensions] == ["permessage-deflate"]
+        sock.send(json.dumps({"type": "response.create", "input": "hi"}))
+        while json.loads(sock.recv(timeout=10))["type"] != "response.completed":
+            pass
 
 
 def test_websocket_closes_with_1001_after_its_lifetime(gateway):

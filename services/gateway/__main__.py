@@ -23,6 +23,7 @@ def main() -> None:
         # error event; only frames far beyond it are cut off by the library (close 1009).
         ws_max_size=max(4 * settings.max_frame_bytes, 16 * 1024 * 1024),
         ws="websockets-sansio",
+        ws_per_message_deflate=settings.ws_per_message_deflate,
         log_level="warning",
         timeout_graceful_shutdown=10,
     )

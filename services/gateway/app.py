@@ -9,13 +9,13 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from turnpike import telemetry
 from turnpike.config import GatewaySettings
 
 from gateway import http_api, ws_api
 from gateway.errors import ApiError, invalid, server_error, store_unavailable
+from gateway.json_response import JSONResponse
 from gateway.store import StoreUnavailable
 from gateway.tracing import FASTAPI_TELEMETRY
 from gateway.wiring import Gateway

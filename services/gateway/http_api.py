@@ -6,13 +6,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from turnpike.billing.v1 import billing_pb2
 from turnpike.router.v1 import router_pb2
 
 from gateway.errors import ApiError, invalid, not_found, too_large
 from gateway.event_queue import ResponseEventQueue
-from gateway.json_codec import dumps, parse_json
+from gateway.json_codec import dump_bytes, parse_json
+from gateway.json_response import JSONResponse
 from gateway.request import parse_create
 from gateway.request_context import RequestContext
 from gateway.store import StoredResponse
@@ -40,15 +41,15 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def sse(event: dict[str, Any]) -> str:
-    return f"event: {event['type']}\ndata: {dumps(event)}\n\n"
+def sse(event: dict[str, Any]) -> bytes:
+    return b"event: " + event["type"].encode() + b"\ndata: " + dump_bytes(event) + b"\n\n"
 
 
-async def sse_stream(queue: ResponseEventQueue) -> AsyncIterator[str]:
+async def sse_stream(queue: ResponseEventQueue) -> AsyncIterator[bytes]:
     async for event in queue.events():
         yield sse(event)
     # The Open Responses spec ends streams with [DONE]; the SDK accepts it.
-    yield "data: [DONE]\n\n"
+    yield b"data: [DONE]\n\n"
 
 
 @router.post("/v1/responses")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ from turnpike.conversation.v1 import conversation_pb2
 
 from gateway.errors import invalid, invalid_type
 from gateway.items import Item, normalize_input
+from gateway.json_codec import dump_bytes
 
 STREAM_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -58,7 +58,7 @@ class CreateRequest:
     @functools.cached_property
     def header_key(self) -> str:
         """What a rendered prefix depends on besides the items: instructions and tools."""
-        blob = json.dumps([self.instructions, self.tools], sort_keys=True).encode()
+        blob = dump_bytes([self.instructions, self.tools], sort_keys=True)
         return hashlib.blake2b(blob, digest_size=16).hexdigest()
 
     @functools.cached_property
@@ -68,7 +68,7 @@ class CreateRequest:
             conversation_pb2.Tool(
                 name=tool["name"],
                 description=tool.get("description") or "",
-                parameters_json=json.dumps(tool.get("parameters") or {}, sort_keys=True),
+                parameters_json=dump_bytes(tool.get("parameters") or {}, sort_keys=True).decode(),
                 strict=bool(tool.get("strict")),
             )
             for tool in self.tools

@@ -8,11 +8,11 @@ import logging
 import time
 
 from fastapi import APIRouter, WebSocket
-from fastapi.responses import JSONResponse
 from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
 from gateway.errors import ApiError, server_error, store_unavailable
 from gateway.json_codec import dumps
+from gateway.json_response import JSONResponse
 from gateway.pipelines import Pipeline
 from gateway.request import CreateRequest
 from gateway.request_context import RequestContext

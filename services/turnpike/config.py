@@ -254,6 +254,12 @@ class GatewaySettings:
     ws_max_lifetime_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_WS_MAX_LIFETIME_S", 3600.0)
     )
+    # Compress WebSocket frames when the client offers it (permessage-deflate). Off by
+    # default: the events are small, and compressing each costs more CPU than the bytes
+    # it saves on a data-centre network (README, capacity).
+    ws_per_message_deflate: bool = field(
+        default_factory=lambda: env_bool("TURNPIKE_WS_PER_MESSAGE_DEFLATE", False)
+    )
     # Responses kept per connection for previous_response_id continuation.
     ws_cache_size: int = field(default_factory=lambda: env_int("TURNPIKE_WS_CACHE_SIZE", 64))
     # Responses kept by the in-memory store (oldest evicted first).

@@ -27,6 +27,7 @@ ROOTS = {
     # async-timeout: redis needs it on the images' Python (Debian's 3.11.2), not on ours.
     "gateway": [
         "fastapi",
+        "orjson",
         "uvicorn",
         "uvloop",
         "httptools",
