@@ -103,9 +103,11 @@ def test_every_service_exits_2_naming_a_bad_port(service):
 @pytest.mark.parametrize(
     "service, variable, value",
     [
-        # Read by the gateway at import (its image limits), and with its settings (its
-        # keys are checked before uvicorn starts the app).
+        # Read with the gateway's settings, before uvicorn starts the app: its image
+        # limits, its keys, and more processes than one without a shared store.
         ("gateway", "TURNPIKE_IMAGERES_MAX_IMAGE_BYTES", "20MB"),
+        ("gateway", "TURNPIKE_GATEWAY_PROCESSES", "2"),
+        ("gateway", "TURNPIKE_GATEWAY_PROCESSES", "0"),
         ("gateway", "TURNPIKE_API_KEYS", "sk-without-tenant"),
         ("gateway", "TURNPIKE_ROUTER_ADDR", "router"),
         ("router", "TURNPIKE_WORKERS", "worker-1"),

@@ -10,46 +10,12 @@ import time
 
 import httpx
 import pytest
+from support.gateway_process import start_gateway, stop
 from support.procs import free_port, start_service
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
 pytestmark = pytest.mark.stack
-
-
-def start_gateway(stack, ready_path="/readyz", **overrides):
-    """A gateway process on a free port, wired to the stack's backends unless overridden."""
-    port = free_port()
-    env = {
-        "TURNPIKE_GATEWAY_PORT": str(port),
-        "TURNPIKE_SAFETY_ADDR": stack.safety,
-        "TURNPIKE_TOKENIZER_ADDR": stack.tokenizer,
-        "TURNPIKE_ROUTER_ADDR": stack.router,
-        "TURNPIKE_BILLING_ADDR": stack.billing,
-        "TURNPIKE_IMAGERES_ADDR": stack.imageres,
-        "TURNPIKE_API_KEYS": "sk-turnpike-dev:dev",
-        "TURNPIKE_ALLOW_PIPELINE_OVERRIDE": "true",
-        **overrides,
-    }
-    proc = start_service("gateway", env)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}{ready_path}", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None, "gateway exited during startup"
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail("gateway did not become ready")
-
-
-def stop(proc):
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(10)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""``python -m gateway``: serve the API with uvicorn."""
+"""``python -m gateway``: serve the API with uvicorn, in ``TURNPIKE_GATEWAY_PROCESSES``
+processes that share the port (uvicorn's workers; each builds its own app)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import logging
 import uvicorn
 from turnpike.config import GatewaySettings, exit_on_config_error
 
-from gateway.app import create_app
-
 
 def main() -> None:
     logging.basicConfig(
@@ -16,7 +15,9 @@ def main() -> None:
     )
     settings = GatewaySettings()  # every setting read (and checked) before serving
     uvicorn.run(
-        create_app(settings),
+        "gateway.app:create_app",
+        factory=True,
+        workers=settings.processes,
         host=settings.host,
         port=settings.port,
         # Frames over the API's own limit still arrive, so the client gets a clear

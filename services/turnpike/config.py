@@ -231,6 +231,9 @@ class ImageresSettings:
     )
 
 
+GATEWAY_PROCESSES_VARIABLE = "TURNPIKE_GATEWAY_PROCESSES"
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
     host: str = field(default_factory=lambda: env_str("TURNPIKE_GATEWAY_HOST", LOOPBACK))
@@ -285,6 +288,9 @@ class GatewaySettings:
     # The optional shared tier: with a Redis URL, responses are stored there (shared by
     # every gateway replica) for ``redis_store_ttl_s``; empty keeps them in process.
     redis_url: str = field(default_factory=lambda: env_str("TURNPIKE_REDIS_URL", ""))
+    # Gateway processes on this host, sharing its port (one Python process uses one
+    # core). More than one needs the shared store: a follow-up may land on any of them.
+    processes: int = field(default_factory=lambda: env_int(GATEWAY_PROCESSES_VARIABLE, 1))
     redis_store_ttl_s: int = field(
         default_factory=lambda: env_int("TURNPIKE_REDIS_STORE_TTL_S", 30 * 24 * 3600)
     )
@@ -297,6 +303,18 @@ class GatewaySettings:
 
     def __post_init__(self) -> None:
         parse_api_keys(self.api_keys)  # refused at start-up, not at the first request
+        if self.processes < 1:
+            raise ConfigError.invalid(
+                GATEWAY_PROCESSES_VARIABLE, str(self.processes), "must be at least 1"
+            )
+        if self.processes > 1 and not self.redis_url:
+            # Without a shared store each process keeps its own responses: an HTTP
+            # follow-up that lands on another process would not find its parent.
+            raise ConfigError.invalid(
+                GATEWAY_PROCESSES_VARIABLE,
+                str(self.processes),
+                "several gateway processes need a shared response store: set TURNPIKE_REDIS_URL",
+            )
 
 
 @dataclass(frozen=True)

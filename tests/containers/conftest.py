@@ -26,11 +26,12 @@ from pathlib import Path
 import httpx
 import pytest
 from support.otlp_receiver import Receiver
+from support.procs import free_port
 from support.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("gateway", "safety", "tokenizer", "router", "billing", "imageres", "worker")
-DOCKER_FIXTURES = {"docker_engine", "images", "container_stack", "otlp"}
+DOCKER_FIXTURES = {"docker_engine", "images", "container_stack", "otlp", "redis_url"}
 
 # testcontainers' reaper container would have to be pulled; the fixtures clean up
 # themselves.
@@ -81,6 +82,33 @@ def images(docker_engine: None) -> Images:
     if missing := [name for name in wanted if not deploy_compose.image_exists(name)]:
         pytest.fail(f"images missing: {', '.join(missing)}; run `make images`", pytrace=False)
     return found
+
+
+@pytest.fixture(scope="session")
+def redis_url(images: Images) -> Iterator[str]:
+    """A real redis-server (the stack's REDIS_IMAGE) on a free loopback port, for the
+    local processes that share it."""
+    from testcontainers.core.container import DockerContainer
+
+    image = images.settings["REDIS_IMAGE"]
+    if not deploy_compose.image_exists(image):
+        pytest.fail(f"image missing: {image}; run `make images`", pytrace=False)
+    port = free_port()
+    container = DockerContainer(image).with_command(
+        ["redis-server", "--protected-mode", "no", "--save", "", "--appendonly", "no"]
+    )
+    # Published on loopback only (docker's (address, port) form; with_bind_ports takes
+    # no address).
+    container.ports["6379/tcp"] = ("127.0.0.1", port)
+    with container:
+        wrapped = container.get_wrapped_container()
+        for _ in range(100):
+            if wrapped.exec_run(["redis-cli", "ping"]).output.strip() == b"PONG":
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"redis did not answer: {wrapped.logs().decode()[-1000:]}", pytrace=False)
+        yield f"redis://127.0.0.1:{port}/0"
 
 
 # -- the OTLP receiver --------------------------------------------------------------------
@@ -164,14 +192,6 @@ class ContainerStack:
             return httpx.get(f"{self.gateway}/healthz", timeout=5).status_code == 200
         except httpx.HTTPError:
             return False
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
