@@ -1,11 +1,14 @@
-"""gRPC adapter over the ledger. All database work runs on one dedicated thread."""
+"""gRPC adapter over the ledger. All database work runs on one dedicated thread; writes are
+group-committed (``billing.group_commit``): every event that arrives while a commit is in
+flight goes into the next one, and each call is answered once the commit holding its events
+is durable."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -13,6 +16,7 @@ from typing import TypeVar
 import grpc
 from turnpike.billing.v1 import billing_pb2, billing_pb2_grpc
 
+from billing.group_commit import GroupCommit
 from billing.ledger import Ledger, UsageEvent, UsageTotals
 
 log = logging.getLogger(__name__)
@@ -23,7 +27,8 @@ T = TypeVar("T")
 class LedgerThread:
     """Owns the ledger on a single-thread executor: the connection is opened, used and closed
     on that thread only, calls are serialised in arrival order, and the event loop never
-    waits on disk."""
+    waits on disk. Writes waiting together share one transaction (one fsync) and one hop to
+    the thread."""
 
     def __init__(self, path: str | Path) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="billing-ledger")
@@ -34,18 +39,29 @@ class LedgerThread:
         except BaseException:
             self._executor.shutdown(wait=False)
             raise
+        self._commits: GroupCommit[UsageEvent, bool] = GroupCommit(self._record_group)
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
+    async def _record_group(self, events: list[UsageEvent]) -> list[bool]:
+        return await self._run(self._ledger.record_many, events)
+
     async def record(self, event: UsageEvent) -> bool:
-        return await self._run(self._ledger.record, event)
+        """Whether ``event`` was already billed, once its commit is durable."""
+        [duplicate] = await self._commits.submit([event])
+        return duplicate
+
+    async def record_many(self, events: Sequence[UsageEvent]) -> list[bool]:
+        """``record`` for several events, all in the same commit."""
+        return await self._commits.submit(events) if events else []
 
     async def usage(self, tenant: str) -> UsageTotals:
         return await self._run(self._ledger.usage, tenant)
 
     async def close(self) -> None:
-        # Queued behind any write already handed to the thread, so those still commit.
+        # Every accepted write commits first.
+        await self._commits.close()
         await self._run(self._ledger.close)
         self._executor.shutdown(wait=True)
 
