@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# Events one RecordUsageBatch may carry: bounds one call's transaction and message.
+MAX_BATCH_EVENTS = 1000
+
 
 class LedgerThread:
     """Owns the ledger on a single-thread executor: the connection is opened, used and closed
@@ -86,6 +89,18 @@ def totals_to_pb(totals: UsageTotals) -> billing_pb2.UsageTotals:
     )
 
 
+def event_from_pb(event: billing_pb2.UsageEvent) -> UsageEvent:
+    return UsageEvent(
+        event_id=event.event_id,
+        tenant=event.tenant,
+        model=event.model,
+        input_tokens=event.input_tokens,
+        cached_tokens=event.cached_tokens,
+        output_tokens=event.output_tokens,
+        created_at=event.created_at,
+    )
+
+
 class BillingServicer(billing_pb2_grpc.BillingServicer):
     def __init__(self, ledger: LedgerThread) -> None:
         self._ledger = ledger
@@ -93,24 +108,44 @@ class BillingServicer(billing_pb2_grpc.BillingServicer):
     async def RecordUsage(
         self, request: billing_pb2.UsageEvent, context: grpc.aio.ServicerContext
     ) -> billing_pb2.RecordUsageResponse:
-        event = UsageEvent(
-            event_id=request.event_id,
-            tenant=request.tenant,
-            model=request.model,
-            input_tokens=request.input_tokens,
-            cached_tokens=request.cached_tokens,
-            output_tokens=request.output_tokens,
-            created_at=request.created_at,
-        )
+        [duplicate] = await self._record([request], context, batch=False)
+        return billing_pb2.RecordUsageResponse(duplicate=duplicate)
+
+    async def RecordUsageBatch(
+        self, request: billing_pb2.RecordUsageBatchRequest, context: grpc.aio.ServicerContext
+    ) -> billing_pb2.RecordUsageBatchResponse:
+        if len(request.events) > MAX_BATCH_EVENTS:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{len(request.events)} events in one batch; at most {MAX_BATCH_EVENTS}",
+            )
+        duplicates = await self._record(request.events, context, batch=True)
+        return billing_pb2.RecordUsageBatchResponse(duplicate=duplicates)
+
+    async def _record(
+        self,
+        messages: Sequence[billing_pb2.UsageEvent],
+        context: grpc.aio.ServicerContext,
+        *,
+        batch: bool,
+    ) -> list[bool]:
+        """Validate every event (all or none are recorded), then record them in one commit."""
+        events = [event_from_pb(m) for m in messages]
         try:
-            event.validate()
-            duplicate = await self._ledger.record(event)
+            for i, event in enumerate(events):
+                try:
+                    event.validate()
+                except ValueError as exc:
+                    raise ValueError(f"events[{i}]: {exc}" if batch else str(exc)) from None
+            return await self._ledger.record_many(events)
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except sqlite3.Error as exc:
-            log.exception("ledger write failed for event %s", request.event_id)
+            log.exception(
+                "ledger write failed for %d event(s), from %s", len(events), events[0].event_id
+            )
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"ledger write failed: {exc}")
-        return billing_pb2.RecordUsageResponse(duplicate=duplicate)
+        raise AssertionError("unreachable: abort raises")
 
     async def GetUsage(
         self, request: billing_pb2.GetUsageRequest, context: grpc.aio.ServicerContext
