@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -63,49 +64,51 @@ async def test_writes_waiting_behind_a_commit_share_the_next_and_are_acked_only_
     await commits.close()
 
 
-async def test_a_submission_is_written_whole_in_one_commit_with_its_own_results():
+@dataclass
+class Held:
+    disk: Disk
+    commits: GroupCommit[int, int]
+    first: asyncio.Task[list[int]]  # submitted [1]; its commit is in flight until released
+
+
+@pytest.fixture
+async def held() -> Held:
     disk = Disk()
     commits = GroupCommit(disk.write)
     disk.hold()
     first = asyncio.create_task(commits.submit([1]))
     await disk.in_flight.wait()
-    pair = asyncio.create_task(commits.submit([2, 3]))
-    trio = asyncio.create_task(commits.submit([4, 5, 6]))
-    await asyncio.sleep(0)
-    disk.gate.set()
-    assert await asyncio.gather(first, pair, trio) == [[10], [20, 30], [40, 50, 60]]
-    assert disk.commits == [[1], [2, 3, 4, 5, 6]]
+    return Held(disk, commits, first)
 
 
-async def test_a_failed_commit_fails_every_write_in_it_and_the_next_group_goes_on():
-    disk = Disk()
-    commits = GroupCommit(disk.write)
-    disk.hold()
-    first = asyncio.create_task(commits.submit([1]))
-    await disk.in_flight.wait()
-    disk.fail_next = True  # the first commit fails
-    second = asyncio.create_task(commits.submit([2]))
+async def test_a_submission_is_written_whole_in_one_commit_with_its_own_results(held: Held):
+    pair = asyncio.create_task(held.commits.submit([2, 3]))
+    trio = asyncio.create_task(held.commits.submit([4, 5, 6]))
     await asyncio.sleep(0)
-    disk.gate.set()
+    held.disk.gate.set()
+    assert await asyncio.gather(held.first, pair, trio) == [[10], [20, 30], [40, 50, 60]]
+    assert held.disk.commits == [[1], [2, 3, 4, 5, 6]]
+
+
+async def test_a_failed_commit_fails_every_write_in_it_and_the_next_group_goes_on(held: Held):
+    held.disk.fail_next = True  # the commit in flight fails
+    second = asyncio.create_task(held.commits.submit([2]))
+    await asyncio.sleep(0)
+    held.disk.gate.set()
     with pytest.raises(OSError, match="disk full"):
-        await first
+        await held.first
     assert await second == [20]
-    assert await commits.submit([3]) == [30]
-    assert disk.commits == [[2], [3]] and disk.durable == {2, 3}
+    assert await held.commits.submit([3]) == [30]
+    assert held.disk.commits == [[2], [3]] and held.disk.durable == {2, 3}
 
 
-async def test_a_cancelled_caller_leaves_the_others_answered():
-    disk = Disk()
-    commits = GroupCommit(disk.write)
-    disk.hold()
-    gone = asyncio.create_task(commits.submit([1]))
-    await disk.in_flight.wait()
-    stays = asyncio.create_task(commits.submit([2]))
+async def test_a_cancelled_caller_leaves_the_others_answered(held: Held):
+    stays = asyncio.create_task(held.commits.submit([2]))
     await asyncio.sleep(0)
-    gone.cancel()
-    disk.gate.set()
+    held.first.cancel()
+    held.disk.gate.set()
     assert await stays == [20]
-    assert disk.durable == {1, 2}  # its write was already in flight: it still committed
+    assert held.disk.durable == {1, 2}  # its write was already in flight: it still committed
 
 
 async def test_close_waits_for_accepted_writes_then_refuses_new_ones():
