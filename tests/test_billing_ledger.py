@@ -151,3 +151,33 @@ def test_invalid_events_are_rejected(ledger: Ledger, bad: UsageEvent, message: s
 def test_empty_tenant_query_is_rejected(ledger: Ledger) -> None:
     with pytest.raises(ValueError, match="tenant"):
         ledger.usage("")
+
+
+def test_every_commit_is_fsynced(ledger: Ledger) -> None:
+    # WAL with synchronous=FULL: each commit syncs the WAL before it returns.
+    assert ledger._db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert ledger._db.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
+
+
+def test_many_events_in_one_transaction_are_billed_once_each(ledger: Ledger) -> None:
+    ledger.record(event("r1"))
+    duplicates = ledger.record_many([event("r1"), event("r2"), event("r3"), event("r2")])
+    assert duplicates == [True, False, False, True]  # known before, new, new, earlier in it
+    assert ledger.record_many([]) == []
+    totals = ledger.usage("acme")
+    assert (totals.responses, totals.input_tokens) == (3, 300)
+
+
+def test_many_events_are_all_or_nothing(ledger: Ledger) -> None:
+    with pytest.raises(ValueError, match="tenant"):
+        ledger.record_many([event("r1"), event("r2", tenant="")])
+    # A write that fails half-way rolls back what the transaction had written.
+    ledger._db.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON usage_events WHEN NEW.event_id = 'boom'"
+        " BEGIN SELECT RAISE(ABORT, 'refused'); END"
+    )
+    with pytest.raises(sqlite3.IntegrityError, match="refused"):
+        ledger.record_many([event("r1"), event("boom"), event("r3")])
+    assert ledger.usage("acme").responses == 0
+    assert ledger.record_many([event("r1"), event("r3")]) == [False, False]
+    assert ledger.usage("acme").responses == 2

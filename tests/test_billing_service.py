@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from gateway.billing_outbox import BillingOutbox
 from support.procs import free_port, start_service
 from turnpike.billing.v1 import billing_pb2, billing_pb2_grpc
 from turnpike.grpc_client import insecure_channel, wait_healthy
@@ -105,6 +106,57 @@ async def test_concurrent_deliveries_are_billed_once(stub: billing_pb2_grpc.Bill
     assert totals.input_tokens == 50 * 100
 
 
+async def test_a_batch_is_recorded_in_one_call_with_a_duplicate_flag_per_event(
+    stub: billing_pb2_grpc.BillingStub,
+) -> None:
+    await stub.RecordUsage(usage_event("resp_a"))
+    batch = [usage_event(i) for i in ("resp_a", "resp_b", "resp_c", "resp_b")]
+    reply = await stub.RecordUsageBatch(billing_pb2.RecordUsageBatchRequest(events=batch))
+    assert list(reply.duplicate) == [True, False, False, True]
+    again = await stub.RecordUsageBatch(billing_pb2.RecordUsageBatchRequest(events=batch))
+    assert list(again.duplicate) == [True] * 4
+    empty = await stub.RecordUsageBatch(billing_pb2.RecordUsageBatchRequest())
+    assert list(empty.duplicate) == []
+    totals = await stub.GetUsage(billing_pb2.GetUsageRequest(tenant="acme"))
+    assert (totals.responses, totals.input_tokens) == (3, 300)
+
+
+async def test_single_and_batch_calls_at_once_are_billed_once(
+    stub: billing_pb2_grpc.BillingStub,
+) -> None:
+    ids = [f"resp_{i}" for i in range(60)]
+    batches = [ids[i : i + 7] for i in range(0, 60, 7)]
+    calls = [stub.RecordUsage(usage_event(i)) for i in ids] + [
+        stub.RecordUsageBatch(
+            billing_pb2.RecordUsageBatchRequest(events=[usage_event(i) for i in batch])
+        )
+        for batch in batches
+    ]
+    replies = await asyncio.gather(*calls)
+    singles, batched = replies[: len(ids)], replies[len(ids) :]
+    fresh = sum(not r.duplicate for r in singles)
+    fresh += sum(not d for r in batched for d in r.duplicate)
+    assert fresh == 60
+    totals = await stub.GetUsage(billing_pb2.GetUsageRequest(tenant="acme"))
+    assert (totals.responses, totals.input_tokens) == (60, 6000)
+
+
+async def test_a_batch_with_an_invalid_event_records_none(
+    stub: billing_pb2_grpc.BillingStub,
+) -> None:
+    batch = [usage_event("resp_1"), billing_pb2.UsageEvent(event_id="r", tenant="acme")]
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.RecordUsageBatch(billing_pb2.RecordUsageBatchRequest(events=batch))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == "events[1]: model must not be empty"
+    too_many = [usage_event(f"resp_{i}") for i in range(1001)]
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.RecordUsageBatch(billing_pb2.RecordUsageBatchRequest(events=too_many))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    totals = await stub.GetUsage(billing_pb2.GetUsageRequest(tenant="acme"))
+    assert totals.responses == 0
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -146,6 +198,40 @@ async def test_acknowledged_events_survive_kill_9(billing: Billing) -> None:
         assert [(m.model, m.responses) for m in totals.by_model] == [("m0", 10), ("m1", 10)]
         # Redelivery after the crash is still recognised.
         assert (await stub.RecordUsage(usage_event("resp_3"))).duplicate is True
+
+
+async def test_the_outbox_loses_and_doubles_nothing_across_a_kill_9_mid_run(
+    billing: Billing,
+) -> None:
+    """The gateway's outbox delivers in batches while billing is killed and restarted."""
+    await billing.start()
+    async with insecure_channel(billing.address) as channel:
+        outbox = BillingOutbox(
+            billing_pb2_grpc.BillingStub(channel), timeout_s=1.0, max_backoff_s=0.2
+        )
+        outbox.start()
+        restart = None
+        for i in range(300):
+            await outbox.submit(usage_event(f"resp_{i}", model=f"m{i % 3}"))
+            if i % 10 == 9:
+                await asyncio.sleep(0.005)  # a steady trickle, some batches in flight
+            if i == 100:
+                assert billing.proc is not None
+                billing.proc.send_signal(signal.SIGKILL)
+                billing.proc.wait(timeout=10)
+                restart = asyncio.create_task(billing.start())  # meanwhile events queue up
+        assert restart is not None
+        await restart
+        await outbox.close(timeout=30)
+        assert outbox.pending == 0 and outbox.delivered == 300
+        stub = billing_pb2_grpc.BillingStub(channel)
+        totals = await stub.GetUsage(billing_pb2.GetUsageRequest(tenant="acme"))
+    assert (totals.responses, totals.input_tokens, totals.output_tokens) == (300, 30000, 2100)
+    assert [(m.model, m.responses) for m in totals.by_model] == [
+        ("m0", 100),
+        ("m1", 100),
+        ("m2", 100),
+    ]
 
 
 async def test_sigterm_exits_cleanly_and_checkpoints(billing: Billing) -> None:

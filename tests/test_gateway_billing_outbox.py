@@ -1,28 +1,66 @@
-"""The billing outbox: at-least-once delivery with a bounded queue."""
+"""The billing outbox: at-least-once delivery with a bounded queue, in batches."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import grpc
+import pytest
+from billing.ledger import Ledger
+from billing.server import event_from_pb
+from gateway import billing_outbox
 from gateway.billing_outbox import BillingOutbox
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from turnpike.billing.v1 import billing_pb2
 
 
-class Billing:
-    """A billing stub that is down until ``up`` is set, then records every event."""
+def rpc_error(code: grpc.StatusCode) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), code.name)
 
-    def __init__(self) -> None:
+
+class Billing:
+    """A billing stub that is down until ``up`` is set, then records every event. ``calls``
+    lists each call's event ids, whether it failed or not; ``called`` is set by the first."""
+
+    def __init__(self, up: bool = False) -> None:
         self.up = asyncio.Event()
+        if up:
+            self.up.set()
+        self.called = asyncio.Event()
+        self.calls: list[list[str]] = []
         self.recorded: list[str] = []
 
     async def RecordUsage(self, event, timeout=None):
-        if not self.up.is_set():
-            raise grpc.aio.AioRpcError(
-                grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "down"
-            )
-        self.recorded.append(event.event_id)
+        await self._record([event])
         return billing_pb2.RecordUsageResponse()
+
+    async def RecordUsageBatch(self, request, timeout=None):
+        await self._record(request.events)
+        return billing_pb2.RecordUsageBatchResponse(duplicate=[False] * len(request.events))
+
+    async def _record(self, events) -> None:
+        self.calls.append([e.event_id for e in events])
+        self.called.set()
+        if not self.up.is_set():
+            raise rpc_error(grpc.StatusCode.UNAVAILABLE)
+        self.recorded += [e.event_id for e in events]
+
+
+class SlowBilling(Billing):
+    """Up, but each call waits for ``release``: events arriving meanwhile queue up."""
+
+    def __init__(self) -> None:
+        super().__init__(up=True)
+        self.release = asyncio.Event()
+
+    async def _record(self, events) -> None:
+        self.calls.append([e.event_id for e in events])
+        self.called.set()
+        await self.release.wait()
+        self.recorded += [e.event_id for e in events]
 
 
 def usage(n: int) -> billing_pb2.UsageEvent:
@@ -33,7 +71,8 @@ async def test_a_full_outbox_holds_the_next_record_back_instead_of_dropping_it()
     billing = Billing()
     outbox = BillingOutbox(billing, max_events=2, max_backoff_s=0.01)
     outbox.start()
-    await outbox.submit(usage(1))  # taken by the delivery loop, retried while billing is down
+    await outbox.submit(usage(1))
+    await billing.called.wait()  # taken by the delivery loop, retried while down
     await outbox.submit(usage(2))
     await outbox.submit(usage(3))
     assert outbox.pending == 2
@@ -55,3 +94,123 @@ async def test_a_record_billing_refuses_on_the_request_path_is_queued() -> None:
     billing.up.set()
     await outbox.close(timeout=5)
     assert billing.recorded == ["resp_1"] and outbox.delivered == 1
+
+
+async def test_events_waiting_behind_a_call_go_together_in_batches_of_at_most_max_batch():
+    billing = SlowBilling()
+    outbox = BillingOutbox(billing, max_batch=3)
+    outbox.start()
+    await outbox.submit(usage(0))
+    await billing.called.wait()  # a lone event goes at once, alone
+    for n in range(1, 6):
+        await outbox.submit(usage(n))
+    billing.release.set()
+    await outbox.close(timeout=5)
+    assert billing.calls == [["resp_0"], ["resp_1", "resp_2", "resp_3"], ["resp_4", "resp_5"]]
+    assert billing.recorded == [f"resp_{n}" for n in range(6)] and outbox.delivered == 6
+
+
+class LostAcks:
+    """Billing over a real ledger whose first ``lost`` acknowledgements never arrive: the
+    batch is committed, but the gateway sees the call fail."""
+
+    def __init__(self, ledger: Ledger, lost: int) -> None:
+        self.ledger = ledger
+        self.lost = lost
+        self.calls: list[list[str]] = []
+
+    async def RecordUsage(self, event, timeout=None):
+        [duplicate] = self._record([event])
+        return billing_pb2.RecordUsageResponse(duplicate=duplicate)
+
+    async def RecordUsageBatch(self, request, timeout=None):
+        return billing_pb2.RecordUsageBatchResponse(duplicate=self._record(request.events))
+
+    def _record(self, events) -> list[bool]:
+        self.calls.append([e.event_id for e in events])
+        duplicates = self.ledger.record_many([event_from_pb(e) for e in events])
+        if self.lost:
+            self.lost -= 1
+            raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED)
+        return duplicates
+
+
+async def test_a_failed_batch_is_retried_whole_and_billed_once(tmp_path: Path) -> None:
+    ledger = Ledger.open(tmp_path / "ledger.sqlite3")
+    try:
+        billing = LostAcks(ledger, lost=2)
+        outbox = BillingOutbox(billing, max_backoff_s=0.01)
+        for n in range(10):  # queued before delivery starts: one batch
+            await outbox.submit(
+                billing_pb2.UsageEvent(
+                    event_id=f"resp_{n}", tenant="dev", model="m", input_tokens=n, output_tokens=1
+                )
+            )
+        outbox.start()
+        await outbox.close(timeout=5)
+        ids = [f"resp_{n}" for n in range(10)]
+        assert billing.calls == [ids, ids, ids]  # the same batch, three attempts
+        assert outbox.delivered == 10
+        totals = ledger.usage("dev")
+        assert (totals.responses, totals.input_tokens, totals.output_tokens) == (10, 45, 10)
+    finally:
+        ledger.close()
+
+
+class OlderBilling(Billing):
+    """A billing from before RecordUsageBatch."""
+
+    async def RecordUsageBatch(self, request, timeout=None):
+        self.calls.append([e.event_id for e in request.events])
+        raise rpc_error(grpc.StatusCode.UNIMPLEMENTED)
+
+
+async def test_an_older_billing_gets_one_call_per_event() -> None:
+    billing = OlderBilling(up=True)
+    outbox = BillingOutbox(billing, max_batch=3)
+    for n in range(5):
+        await outbox.submit(usage(n))
+    outbox.start()
+    await outbox.close(timeout=5)
+    ids = [f"resp_{n}" for n in range(5)]
+    # One refused batch, then single calls only (the next batch's events too).
+    assert billing.calls == [ids[:3], *([i] for i in ids)]
+    assert billing.recorded == ids and outbox.delivered == 5
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
+    """The outbox's spans, from a local tracer provider (the global one stays untouched)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(billing_outbox, "tracer", provider.get_tracer("test"))
+    return exporter
+
+
+async def test_a_batch_delivery_is_one_new_trace_linked_to_every_response_it_bills(
+    spans: InMemorySpanExporter,
+) -> None:
+    tracer = billing_outbox.tracer
+    billing = Billing()
+    outbox = BillingOutbox(billing, max_backoff_s=0.01)
+    responses = []
+    for n in range(3):
+        with tracer.start_as_current_span("response.create") as response:
+            await outbox.submit(usage(n))
+        responses.append(response.get_span_context())
+    await outbox.submit(usage(3))  # no span is current: nothing to link
+    outbox.start()
+    await billing.called.wait()  # the first attempt failed
+    billing.up.set()
+    await outbox.close(timeout=5)
+    deliveries = [s for s in spans.get_finished_spans() if s.name == "billing.deliver_usage"]
+    assert [s.attributes["turnpike.attempt"] for s in deliveries] == [1, 2]
+    for span in deliveries:
+        assert span.parent is None
+        assert span.context.trace_id not in {r.trace_id for r in responses}
+        assert [link.context for link in span.links] == responses
+        assert span.attributes["turnpike.billing.events"] == 4
+        assert list(span.attributes["turnpike.billing.event_ids"]) == [
+            f"resp_{n}" for n in range(4)
+        ]

@@ -7,14 +7,17 @@ Durability choice: WAL journal with ``synchronous=FULL``. In WAL mode ``NORMAL``
 survives a crash of the process (a committed transaction is in the WAL file, which the OS
 keeps), but it can lose the last commits on power loss or an OS crash because the WAL is
 only fsynced at checkpoints. A ledger acknowledges an event to say "this is billed"; losing
-acknowledged events silently under-bills, so each commit is fsynced (``FULL``). The cost is
-one fsync per event, acceptable because billing is off the request's critical path.
+acknowledged events silently under-bills, so each commit is fsynced (``FULL``).
+``record_many`` writes several events in one transaction: one commit, one fsync for all of
+them (the service's group commit, ``billing.group_commit``, hands it every event that
+arrived while the previous commit was in flight).
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,8 +86,8 @@ class Ledger:
         """Open (creating if needed) the ledger file and its parent folders."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        # Autocommit mode: every statement is its own transaction, committed (and fsynced)
-        # before the call returns, which is exactly when the service acknowledges.
+        # Autocommit mode: transactions are only the explicit ones of ``record_many``, each
+        # committed (and fsynced) before it returns, which is when the service acknowledges.
         db = sqlite3.connect(path, isolation_level=None)
         try:
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -102,7 +105,27 @@ class Ledger:
 
     def record(self, event: UsageEvent) -> bool:
         """Store the event; return True if it was already in the ledger (nothing changes)."""
-        event.validate()
+        return self.record_many([event])[0]
+
+    def record_many(self, events: Sequence[UsageEvent]) -> list[bool]:
+        """Store the events in one transaction, durable (fsynced) when this returns; for
+        each, whether it was already in the ledger, or earlier in ``events``. All or
+        nothing: an invalid event or a failed write stores none of them."""
+        for event in events:
+            event.validate()
+        # IMMEDIATE takes the write lock up front (busy_timeout waits for it), so a
+        # transaction never fails half-way on a lock another connection holds.
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            duplicates = [self._insert(event) for event in events]
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:  # a failed COMMIT may have rolled back already
+                self._db.execute("ROLLBACK")
+            raise
+        return duplicates
+
+    def _insert(self, event: UsageEvent) -> bool:
         cursor = self._db.execute(
             "INSERT INTO usage_events (event_id, tenant, model, input_tokens, cached_tokens,"
             " output_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"

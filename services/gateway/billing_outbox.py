@@ -5,13 +5,22 @@ acknowledges them; the ledger is idempotent on the response id, so a
 redelivery is never billed twice. A billing outage delays records, it does
 not lose them (while the gateway process lives; a shared tier makes the
 queue durable across gateway restarts). The queue is bounded: once
-``max_events`` wait, finishing a response waits for room (backpressure)
-rather than dropping a record or growing without limit.
+``max_events`` wait (besides the batch being delivered), finishing a response
+waits for room (backpressure) rather than dropping a record or growing
+without limit.
+
+Batches: one delivery takes every event waiting, up to ``max_batch``, and
+sends them in one ``RecordUsageBatch`` call (a lone event goes by
+``RecordUsage``); billing commits them together. Nothing waits for a batch to
+fill: under light load each event goes alone, at once, and batches form by
+themselves while a call is in flight. A failed batch is retried whole; the
+events of an attempt that billing did commit answer duplicate the next time.
 
 Tracing: a queued event carries the span context of the response it bills.
 Each delivery attempt is a span of its own, in a trace of its own, LINKED to
-that response: delivery happens after the response has finished, and may be
-retried for minutes, so it must not hold the response's trace open.
+the response of every event it carries: delivery happens after the response
+has finished, and may be retried for minutes, so it must not hold the
+response's trace open.
 """
 
 from __future__ import annotations
@@ -29,6 +38,10 @@ from turnpike.billing.v1 import billing_pb2, billing_pb2_grpc
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("turnpike.gateway.billing")
 
+# Events per delivery: every one links its response, and OpenTelemetry keeps 128 links per
+# span by default (OTEL_SPAN_LINK_COUNT_LIMIT). Billing accepts up to 1000 per call.
+MAX_BATCH = 128
+
 
 @dataclass(frozen=True)
 class QueuedUsage:
@@ -44,10 +57,13 @@ class BillingOutbox:
         max_events: int = 100_000,
         timeout_s: float = 5.0,
         max_backoff_s: float = 5.0,
+        max_batch: int = MAX_BATCH,
     ) -> None:
         self._stub = stub
         self._timeout = timeout_s
         self._max_backoff = max_backoff_s
+        self._max_batch = max_batch
+        self._batch_rpc = True  # until billing says it has no RecordUsageBatch
         self._queue: asyncio.Queue[QueuedUsage] = asyncio.Queue(max_events)
         self._task: asyncio.Task[None] | None = None
         self.delivered = 0
@@ -84,40 +100,74 @@ class BillingOutbox:
 
     async def _run(self) -> None:
         while True:
-            item = await self._queue.get()
+            batch = await self._next_batch()
             backoff = 0.1
             attempt = 1
-            while (err := await self._deliver(item, attempt)) is not None:
+            while (err := await self._deliver(batch, attempt)) is not None:
                 log.warning(
                     "billing delivery of %s failed (%s); retrying in %.1fs",
-                    item.event.event_id,
+                    _describe(batch),
                     err.code(),
                     backoff,
                 )
                 await asyncio.sleep(backoff)  # retry backoff, not on any request path
                 backoff = min(backoff * 2, self._max_backoff)
                 attempt += 1
-            self._queue.task_done()
+            for _ in batch:
+                self._queue.task_done()
 
-    async def _deliver(self, item: QueuedUsage, attempt: int) -> grpc.aio.AioRpcError | None:
+    async def _next_batch(self) -> list[QueuedUsage]:
+        """The oldest event, and the events already waiting behind it (up to
+        ``max_batch`` in all); never waits for more to arrive."""
+        batch = [await self._queue.get()]
+        while len(batch) < self._max_batch and not self._queue.empty():
+            batch.append(self._queue.get_nowait())
+        return batch
+
+    async def _deliver(self, batch: list[QueuedUsage], attempt: int) -> grpc.aio.AioRpcError | None:
         """One attempt; the error if it failed."""
-        event = item.event
-        links = [Link(item.origin)] if item.origin.is_valid else []
+        ids = [item.event.event_id for item in batch]
+        attributes: dict[str, int | str | list[str]] = {
+            "turnpike.attempt": attempt,
+            "turnpike.billing.events": len(batch),
+        }
+        if len(ids) == 1:
+            attributes["turnpike.billing.event_id"] = ids[0]
+        else:
+            attributes["turnpike.billing.event_ids"] = ids
         with tracer.start_as_current_span(
             "billing.deliver_usage",
-            context=otel_context.Context(),  # a new trace, linked to the response's
-            links=links,
-            attributes={"turnpike.billing.event_id": event.event_id, "turnpike.attempt": attempt},
+            context=otel_context.Context(),  # a new trace, linked to the responses'
+            links=[Link(item.origin) for item in batch if item.origin.is_valid],
+            attributes=attributes,
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
             try:
-                await self._stub.RecordUsage(event, timeout=self._timeout)
+                await self._send([item.event for item in batch])
             except grpc.aio.AioRpcError as err:
                 span.set_status(Status(StatusCode.ERROR, f"billing: {err.code().name}"))
                 return err
-        self.delivered += 1
+        self.delivered += len(batch)
         return None
+
+    async def _send(self, events: list[billing_pb2.UsageEvent]) -> None:
+        """Several events by one RecordUsageBatch; a lone one (or each one, against a
+        billing from before that call) by RecordUsage."""
+        if len(events) > 1 and self._batch_rpc:
+            request = billing_pb2.RecordUsageBatchRequest(events=events)
+            try:
+                await self._stub.RecordUsageBatch(request, timeout=self._timeout)
+                return
+            except grpc.aio.AioRpcError as err:
+                if err.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                log.warning(
+                    "billing has no RecordUsageBatch (an older version): one call per event"
+                )
+                self._batch_rpc = False
+        for event in events:
+            await self._stub.RecordUsage(event, timeout=self._timeout)
 
     async def close(self, timeout: float) -> None:
         """Try to deliver what is queued, then stop."""
@@ -128,3 +178,8 @@ class BillingOutbox:
         except TimeoutError:
             log.error("billing outbox closed with %d undelivered usage events", self.pending)
         self._task.cancel()
+
+
+def _describe(batch: list[QueuedUsage]) -> str:
+    first = batch[0].event.event_id
+    return first if len(batch) == 1 else f"{first} and {len(batch) - 1} more"

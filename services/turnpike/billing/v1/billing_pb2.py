@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!turnpike/billing/v1/billing.proto\x12\x13turnpike.billing.v1\"\x95\x01\n\nUsageEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x14\n\x0cinput_tokens\x18\x04 \x01(\x03\x12\x15\n\rcached_tokens\x18\x05 \x01(\x03\x12\x15\n\routput_tokens\x18\x06 \x01(\x03\x12\x12\n\ncreated_at\x18\x07 \x01(\x03\"(\n\x13RecordUsageResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"!\n\x0fGetUsageRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"r\n\nModelUsage\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\tresponses\x18\x02 \x01(\x03\x12\x14\n\x0cinput_tokens\x18\x03 \x01(\x03\x12\x15\n\rcached_tokens\x18\x04 \x01(\x03\x12\x15\n\routput_tokens\x18\x05 \x01(\x03\"\xa7\x01\n\x0bUsageTotals\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tresponses\x18\x02 \x01(\x03\x12\x14\n\x0cinput_tokens\x18\x03 \x01(\x03\x12\x15\n\rcached_tokens\x18\x04 \x01(\x03\x12\x15\n\routput_tokens\x18\x05 \x01(\x03\x12\x31\n\x08\x62y_model\x18\x06 \x03(\x0b\x32\x1f.turnpike.billing.v1.ModelUsage2\xb7\x01\n\x07\x42illing\x12X\n\x0bRecordUsage\x12\x1f.turnpike.billing.v1.UsageEvent\x1a(.turnpike.billing.v1.RecordUsageResponse\x12R\n\x08GetUsage\x12$.turnpike.billing.v1.GetUsageRequest\x1a .turnpike.billing.v1.UsageTotalsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!turnpike/billing/v1/billing.proto\x12\x13turnpike.billing.v1\"\x95\x01\n\nUsageEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x14\n\x0cinput_tokens\x18\x04 \x01(\x03\x12\x15\n\rcached_tokens\x18\x05 \x01(\x03\x12\x15\n\routput_tokens\x18\x06 \x01(\x03\x12\x12\n\ncreated_at\x18\x07 \x01(\x03\"(\n\x13RecordUsageResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08\"J\n\x17RecordUsageBatchRequest\x12/\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1f.turnpike.billing.v1.UsageEvent\"-\n\x18RecordUsageBatchResponse\x12\x11\n\tduplicate\x18\x01 \x03(\x08\"!\n\x0fGetUsageRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"r\n\nModelUsage\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\tresponses\x18\x02 \x01(\x03\x12\x14\n\x0cinput_tokens\x18\x03 \x01(\x03\x12\x15\n\rcached_tokens\x18\x04 \x01(\x03\x12\x15\n\routput_tokens\x18\x05 \x01(\x03\"\xa7\x01\n\x0bUsageTotals\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x11\n\tresponses\x18\x02 \x01(\x03\x12\x14\n\x0cinput_tokens\x18\x03 \x01(\x03\x12\x15\n\rcached_tokens\x18\x04 \x01(\x03\x12\x15\n\routput_tokens\x18\x05 \x01(\x03\x12\x31\n\x08\x62y_model\x18\x06 \x03(\x0b\x32\x1f.turnpike.billing.v1.ModelUsage2\xa8\x02\n\x07\x42illing\x12X\n\x0bRecordUsage\x12\x1f.turnpike.billing.v1.UsageEvent\x1a(.turnpike.billing.v1.RecordUsageResponse\x12o\n\x10RecordUsageBatch\x12,.turnpike.billing.v1.RecordUsageBatchRequest\x1a-.turnpike.billing.v1.RecordUsageBatchResponse\x12R\n\x08GetUsage\x12$.turnpike.billing.v1.GetUsageRequest\x1a .turnpike.billing.v1.UsageTotalsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,12 +35,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_USAGEEVENT']._serialized_end=208
   _globals['_RECORDUSAGERESPONSE']._serialized_start=210
   _globals['_RECORDUSAGERESPONSE']._serialized_end=250
-  _globals['_GETUSAGEREQUEST']._serialized_start=252
-  _globals['_GETUSAGEREQUEST']._serialized_end=285
-  _globals['_MODELUSAGE']._serialized_start=287
-  _globals['_MODELUSAGE']._serialized_end=401
-  _globals['_USAGETOTALS']._serialized_start=404
-  _globals['_USAGETOTALS']._serialized_end=571
-  _globals['_BILLING']._serialized_start=574
-  _globals['_BILLING']._serialized_end=757
+  _globals['_RECORDUSAGEBATCHREQUEST']._serialized_start=252
+  _globals['_RECORDUSAGEBATCHREQUEST']._serialized_end=326
+  _globals['_RECORDUSAGEBATCHRESPONSE']._serialized_start=328
+  _globals['_RECORDUSAGEBATCHRESPONSE']._serialized_end=373
+  _globals['_GETUSAGEREQUEST']._serialized_start=375
+  _globals['_GETUSAGEREQUEST']._serialized_end=408
+  _globals['_MODELUSAGE']._serialized_start=410
+  _globals['_MODELUSAGE']._serialized_end=524
+  _globals['_USAGETOTALS']._serialized_start=527
+  _globals['_USAGETOTALS']._serialized_end=694
+  _globals['_BILLING']._serialized_start=697
+  _globals['_BILLING']._serialized_end=993
 # @@protoc_insertion_point(module_scope)

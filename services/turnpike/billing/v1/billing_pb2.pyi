@@ -30,6 +30,18 @@ class RecordUsageResponse(_message.Message):
     duplicate: bool
     def __init__(self, duplicate: _Optional[bool] = ...) -> None: ...
 
+class RecordUsageBatchRequest(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[UsageEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[UsageEvent, _Mapping]]] = ...) -> None: ...
+
+class RecordUsageBatchResponse(_message.Message):
+    __slots__ = ("duplicate",)
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    duplicate: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, duplicate: _Optional[_Iterable[bool]] = ...) -> None: ...
+
 class GetUsageRequest(_message.Message):
     __slots__ = ("tenant",)
     TENANT_FIELD_NUMBER: _ClassVar[int]

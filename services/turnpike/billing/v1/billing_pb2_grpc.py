@@ -40,6 +40,11 @@ class BillingStub:
                 request_serializer=turnpike_dot_billing_dot_v1_dot_billing__pb2.UsageEvent.SerializeToString,
                 response_deserializer=turnpike_dot_billing_dot_v1_dot_billing__pb2.RecordUsageResponse.FromString,
                 _registered_method=True)
+        self.RecordUsageBatch = channel.unary_unary(
+                '/turnpike.billing.v1.Billing/RecordUsageBatch',
+                request_serializer=turnpike_dot_billing_dot_v1_dot_billing__pb2.RecordUsageBatchRequest.SerializeToString,
+                response_deserializer=turnpike_dot_billing_dot_v1_dot_billing__pb2.RecordUsageBatchResponse.FromString,
+                _registered_method=True)
         self.GetUsage = channel.unary_unary(
                 '/turnpike.billing.v1.Billing/GetUsage',
                 request_serializer=turnpike_dot_billing_dot_v1_dot_billing__pb2.GetUsageRequest.SerializeToString,
@@ -58,6 +63,15 @@ class BillingServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordUsageBatch(self, request, context):
+        """Several events in one call, recorded together in one durable commit: answered once all
+        of them are billed (or were already). All or nothing: an invalid event (or more than
+        1000 events) fails the whole call with INVALID_ARGUMENT and records none of them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetUsage(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -71,6 +85,11 @@ def add_BillingServicer_to_server(servicer, server):
                     servicer.RecordUsage,
                     request_deserializer=turnpike_dot_billing_dot_v1_dot_billing__pb2.UsageEvent.FromString,
                     response_serializer=turnpike_dot_billing_dot_v1_dot_billing__pb2.RecordUsageResponse.SerializeToString,
+            ),
+            'RecordUsageBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordUsageBatch,
+                    request_deserializer=turnpike_dot_billing_dot_v1_dot_billing__pb2.RecordUsageBatchRequest.FromString,
+                    response_serializer=turnpike_dot_billing_dot_v1_dot_billing__pb2.RecordUsageBatchResponse.SerializeToString,
             ),
             'GetUsage': grpc.unary_unary_rpc_method_handler(
                     servicer.GetUsage,
@@ -106,6 +125,33 @@ class Billing:
             '/turnpike.billing.v1.Billing/RecordUsage',
             turnpike_dot_billing_dot_v1_dot_billing__pb2.UsageEvent.SerializeToString,
             turnpike_dot_billing_dot_v1_dot_billing__pb2.RecordUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordUsageBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/turnpike.billing.v1.Billing/RecordUsageBatch',
+            turnpike_dot_billing_dot_v1_dot_billing__pb2.RecordUsageBatchRequest.SerializeToString,
+            turnpike_dot_billing_dot_v1_dot_billing__pb2.RecordUsageBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
