@@ -214,3 +214,59 @@ async def test_a_batch_delivery_is_one_new_trace_linked_to_every_response_it_bil
         assert list(span.attributes["turnpike.billing.event_ids"]) == [
             f"resp_{n}" for n in range(4)
         ]
+
+
+class Faulty(Billing):
+    """Up, but its first call fails with ``error`` (anything, not only a gRPC status)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(up=True)
+        self.error: Exception | None = error
+
+    async def _record(self, events) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            self.calls.append([e.event_id for e in events])
+            raise error
+        await super()._record(events)
+
+
+async def test_an_unexpected_failure_is_retried_and_the_loop_lives_on() -> None:
+    """Not only gRPC errors: a closed channel raises something else, and the delivery
+    loop must not die of it (the queue would fill and every response would wait)."""
+    billing = Faulty(RuntimeError("channel closed"))
+    outbox = BillingOutbox(billing, max_backoff_s=0.01)
+    outbox.start()
+    await outbox.submit(usage(1))
+    await outbox.submit(usage(2))
+    await outbox.close(timeout=5)
+    assert billing.recorded == ["resp_1", "resp_2"]
+
+
+class Rejecting(Billing):
+    """Up, and refuses (INVALID_ARGUMENT) any call that holds the event ``bad``."""
+
+    def __init__(self, bad: str) -> None:
+        super().__init__(up=True)
+        self.bad = bad
+
+    async def _record(self, events) -> None:
+        if any(e.event_id == self.bad for e in events):
+            self.calls.append([e.event_id for e in events])
+            raise rpc_error(grpc.StatusCode.INVALID_ARGUMENT)
+        await super()._record(events)
+
+
+async def test_an_event_billing_refuses_is_set_aside_and_the_rest_are_billed(caplog) -> None:
+    """Billing refuses an event it can never record: retrying it forever would hold up
+    every event behind it. The batch is split to find it; it alone is set aside, logged
+    in full, and counted."""
+    billing = Rejecting(bad="resp_2")
+    outbox = BillingOutbox(billing, max_backoff_s=0.01)
+    for n in (1, 2, 3):  # queued before the loop starts: one batch of three
+        await outbox.submit(usage(n))
+    outbox.start()
+    await outbox.close(timeout=5)
+    assert sorted(billing.recorded) == ["resp_1", "resp_3"]
+    assert outbox.rejected == 1 and outbox.delivered == 2
+    assert any("resp_2" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)

@@ -15,6 +15,11 @@ sends them in one ``RecordUsageBatch`` call (a lone event goes by
 fill: under light load each event goes alone, at once, and batches form by
 themselves while a call is in flight. A failed batch is retried whole; the
 events of an attempt that billing did commit answer duplicate the next time.
+Any failure is retried (a refused connection, a closed channel, anything): the
+delivery loop never dies. The one exception is an event billing refuses as
+invalid, which no retry can fix and which would hold up every event behind it:
+its batch is split to find it, and it alone is set aside, logged in full at
+ERROR and counted (``rejected``).
 
 Tracing: a queued event carries the span context of the response it bills.
 Each delivery attempt is a span of its own, in a trace of its own, LINKED to
@@ -30,6 +35,7 @@ import logging
 from dataclasses import dataclass
 
 import grpc
+from google.protobuf import text_format
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode
@@ -67,6 +73,7 @@ class BillingOutbox:
         self._queue: asyncio.Queue[QueuedUsage] = asyncio.Queue(max_events)
         self._task: asyncio.Task[None] | None = None
         self.delivered = 0
+        self.rejected = 0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="billing outbox")
@@ -101,20 +108,41 @@ class BillingOutbox:
     async def _run(self) -> None:
         while True:
             batch = await self._next_batch()
-            backoff = 0.1
-            attempt = 1
-            while (err := await self._deliver(batch, attempt)) is not None:
-                log.warning(
-                    "billing delivery of %s failed (%s); retrying in %.1fs",
-                    _describe(batch),
-                    err.code(),
-                    backoff,
-                )
-                await asyncio.sleep(backoff)  # retry backoff, not on any request path
-                backoff = min(backoff * 2, self._max_backoff)
-                attempt += 1
+            await self._deliver_until_done(batch)
             for _ in batch:
                 self._queue.task_done()
+
+    async def _deliver_until_done(self, batch: list[QueuedUsage]) -> None:
+        """Deliver ``batch``, retrying with backoff until billing takes it, or sets an
+        event it refuses aside."""
+        backoff = 0.1
+        attempt = 1
+        while (err := await self._deliver(batch, attempt)) is not None:
+            if _refused(err):
+                await self._set_aside(batch)
+                return
+            log.warning(
+                "billing delivery of %s failed (%s); retrying in %.1fs",
+                _describe(batch),
+                _reason(err),
+                backoff,
+            )
+            await asyncio.sleep(backoff)  # retry backoff, not on any request path
+            backoff = min(backoff * 2, self._max_backoff)
+            attempt += 1
+
+    async def _set_aside(self, batch: list[QueuedUsage]) -> None:
+        if len(batch) > 1:  # find the event billing refuses: deliver each alone
+            for item in batch:
+                await self._deliver_until_done([item])
+            return
+        event = batch[0].event
+        self.rejected += 1
+        log.error(
+            "billing refused usage event %s as invalid; set aside, not billed: %s",
+            event.event_id,
+            text_format.MessageToString(event, as_one_line=True),
+        )
 
     async def _next_batch(self) -> list[QueuedUsage]:
         """The oldest event, and the events already waiting behind it (up to
@@ -124,7 +152,7 @@ class BillingOutbox:
             batch.append(self._queue.get_nowait())
         return batch
 
-    async def _deliver(self, batch: list[QueuedUsage], attempt: int) -> grpc.aio.AioRpcError | None:
+    async def _deliver(self, batch: list[QueuedUsage], attempt: int) -> Exception | None:
         """One attempt; the error if it failed."""
         ids = [item.event.event_id for item in batch]
         attributes: dict[str, int | str | list[str]] = {
@@ -145,8 +173,10 @@ class BillingOutbox:
         ) as span:
             try:
                 await self._send([item.event for item in batch])
-            except grpc.aio.AioRpcError as err:
-                span.set_status(Status(StatusCode.ERROR, f"billing: {err.code().name}"))
+            except Exception as err:
+                span.set_status(Status(StatusCode.ERROR, f"billing: {_reason(err)}"))
+                if not isinstance(err, grpc.aio.AioRpcError):
+                    log.warning("billing delivery failed unexpectedly", exc_info=err)
                 return err
         self.delivered += len(batch)
         return None
@@ -178,6 +208,14 @@ class BillingOutbox:
         except TimeoutError:
             log.error("billing outbox closed with %d undelivered usage events", self.pending)
         self._task.cancel()
+
+
+def _refused(err: Exception) -> bool:
+    return isinstance(err, grpc.aio.AioRpcError) and err.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def _reason(err: Exception) -> str:
+    return err.code().name if isinstance(err, grpc.aio.AioRpcError) else type(err).__name__
 
 
 def _describe(batch: list[QueuedUsage]) -> str:
