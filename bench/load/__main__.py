@@ -17,7 +17,6 @@ import importlib.metadata
 import math
 import os
 import shlex
-import shutil
 import sys
 import time
 from collections import Counter
@@ -31,13 +30,12 @@ from bench.load.stats import add_ratios, targets
 from bench.load.transports import HTTP, TRANSPORTS, WEBSOCKET
 from bench.loop.rollout import TOOLS, Rollout, repo_corpus
 from bench.loop.stack import (
-    DEFAULT_BASE_URL,
     DEFAULT_ROUTER,
     CpuMeter,
     StackMissing,
     Target,
-    running,
-    start_local,
+    run_parser,
+    target_from,
 )
 from bench.services.common import log, machine_info
 
@@ -84,19 +82,12 @@ def _transports(text: str) -> tuple[str, ...]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.load",
-        description="N agent loops at once over raw WebSocket and HTTP/SSE: throughput, "
-        "latency, API overhead, errors and CPU per turn of every service.",
-    )
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1 and 4 loops, 4 turns")
-    parser.add_argument(
-        "--start-stack", action="store_true", help="start a stack on free ports for the run"
-    )
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder")
-    parser.add_argument("--base-url", default=DEFAULT_BASE_URL, help="the gateway's /v1 URL")
-    parser.add_argument(
-        "--api-key", default=os.environ.get("TURNPIKE_BENCH_API_KEY", "sk-turnpike-dev")
+    parser = run_parser(
+        "python -m bench.load",
+        "N agent loops at once over raw WebSocket and HTTP/SSE: throughput, latency, API "
+        "overhead, errors and CPU per turn of every service.",
+        DEFAULT_OUT,
+        quick="1 and 4 loops, 4 turns",
     )
     parser.add_argument("--loops", type=_ints, help="loops at once, swept (1,10,25,50,100)")
     parser.add_argument("--transports", type=_transports, help="websocket,http (both)")
@@ -108,12 +99,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def plan_from(args: argparse.Namespace) -> Plan:
-    plan = QUICK if args.quick else FULL
-    changes: dict[str, Any] = {}
-    for name in ("loops", "transports", "turns", "min_turns", "model"):
-        if getattr(args, name) is not None:
-            changes[name] = getattr(args, name)
-    plan = replace(plan, **changes)
+    given = ("loops", "transports", "turns", "min_turns", "model")
+    plan = replace(
+        QUICK if args.quick else FULL,
+        **{name: value for name in given if (value := getattr(args, name)) is not None},
+    )
     if plan.turns < 2:
         raise SystemExit("--turns: a rollout needs at least 2 turns")
     return plan
@@ -188,11 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     loadavg_start = [round(x, 2) for x in os.getloadavg()]
     try:
-        if args.start_stack:
-            log("starting a stack on free ports")
-            target = start_local()
-        else:
-            target = running(args.base_url, args.api_key, DEFAULT_ROUTER, "make bench-load")
+        target = target_from(args, DEFAULT_ROUTER, "make bench-load")
     except StackMissing as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -209,8 +195,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         target.stop()
-        if target.state_dir is not None:
-            shutil.rmtree(target.state_dir, ignore_errors=True)
 
     sample = Rollout("run_sample", corpus, turns=plan.turns)
     data: dict[str, Any] = {
