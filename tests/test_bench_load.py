@@ -239,24 +239,27 @@ def test_quick_run_against_its_own_stack(tmp_path: Path) -> None:
     pipelines = {"websocket": "connection", "http": "sprint"}
     spent = dict.fromkeys(SERVICES, 0.0)
     for (transport, loops), c in cells.items():
+        why = (c, run.stdout[-2000:])
         # Every turn planned was sent, answered and billed exactly once, with no errors.
-        assert c["turns_sent"] == c["turns_ok"] == c["turns_planned"] > 0, c
-        assert c["turns_planned"] == loops * c["rollouts_per_loop"] * 4
-        assert c["billed_responses"] == c["turns_ok"] and c["billing_pending_after"] == 0
-        assert c["error_count"] == c["dropped"] == 0 and c["errors"] == {}
-        assert c["loops_done"] == loops * c["rollouts_per_loop"]
-        assert c["pipelines"] == {pipelines[transport]: c["turns_ok"]}
+        assert c["turns_sent"] == c["turns_ok"] == c["turns_planned"] > 0, why
+        assert c["turns_planned"] == loops * c["rollouts_per_loop"] * 4, why
+        assert c["billed_responses"] == c["turns_ok"], why
+        assert c["billing_pending_after"] == 0, why
+        assert c["error_count"] == c["dropped"] == 0 and c["errors"] == {}, why
+        assert c["loops_done"] == loops * c["rollouts_per_loop"], why
+        assert c["pipelines"] == {pipelines[transport]: c["turns_ok"]}, why
         o, t = c["overhead_ms"], c["turn_ms"]
-        assert 0 <= o["p50"] <= o["p90"] <= o["p99"] <= o["max"]
-        assert o["n"] == t["n"] == c["turns_ok"]
-        assert t["p50"] > o["p50"]  # the model's time is in the turn, not in the overhead
-        assert c["turns_per_s"] > 0 and c["client_cpu_ms_per_turn"] > 0
-        assert set(SERVICES) <= c["cpu_ms_per_turn"].keys()  # every process was found
+        assert 0 <= o["p50"] <= o["p90"] <= o["p99"] <= o["max"], why
+        assert o["n"] == t["n"] == c["turns_ok"], why
+        assert t["p50"] > o["p50"], why  # the model's time is in the turn, not the overhead
+        assert c["turns_per_s"] > 0 and c["client_cpu_ms_per_turn"] > 0, why
+        assert set(SERVICES) <= c["cpu_ms_per_turn"].keys(), why  # every process was found
         for name in SERVICES:
-            assert c["cpu_ms_per_turn"][name] >= 0
+            assert c["cpu_ms_per_turn"][name] >= 0, why
             spent[name] += c["cpu_ms"][name]
     # /proc counts in 10 ms ticks: over the run the busy services must show.
-    assert all(spent[name] > 0 for name in ("gateway", "safety", "tokenizer", "worker")), spent
+    busy = ("gateway", "safety", "tokenizer", "worker")
+    assert all(spent[name] > 0 for name in busy), (spent, run.stdout[-2000:])
     assert cells[("websocket", 1)]["overhead_p50_vs_1"] == 1.0
     assert data["targets"][0]["name"].startswith("One loop over WebSocket")
 
