@@ -112,6 +112,7 @@ def test_cell_numbers_from_a_tally() -> None:
     # CPU per completed turn; the stack is the services' sum; absent services stay absent.
     assert cell["cpu_ms_per_turn"] == {"gateway": 10, "safety": 1, "worker": 5, "stack": 16}
     assert cell["client_cpu_ms_per_turn"] == 2
+    assert cell["stack_cores"] == 0.024 and cell["client_cores"] == 0.003  # over 2 s
     assert cell["pipelines"] == {"connection": 3} and cell["billed_responses"] == 3
 
 
@@ -157,6 +158,7 @@ def test_ratios_targets_and_report_tables() -> None:
     assert fifty["50 loops over http at turnpike-sim: p50 overhead vs one loop"]["pass"] is True
     hundred = found[-1]
     assert hundred["measured"] == 8.0 and "2 errors (2 dropped connections)" in hundred["detail"]
+    assert "25.0 ms vs 10.0 ms alone (2.5x)" in found[1]["detail"]
 
     data = {
         "command": "make bench-load",
@@ -193,7 +195,8 @@ def test_ratios_targets_and_report_tables() -> None:
     assert "| http | 50 | 3/3 |" in text and "| 8.00x |" in text
     # CPU per turn: every service, the stack's sum, the client.
     assert (
-        "| websocket | 1 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 7.00 | 0.50 |" in text
+        "| websocket | 1 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 7.00 | - | 0.50 | 0.02 | 0.00 |"
+        in text
     )
     assert "## Errors" in text and "| websocket | 100 | socket dropped (close 1006) | 2 |" in text
     assert "(**miss**)" in text and "![load.png](load.png)" in text
@@ -201,7 +204,7 @@ def test_ratios_targets_and_report_tables() -> None:
 
 
 def test_plan_from_the_command_line() -> None:
-    from bench.load.__main__ import FULL, parse_args, plan_from
+    from bench.load.__main__ import FULL, command_line, parse_args, plan_from
 
     assert plan_from(parse_args([])) == FULL
     assert FULL.loops == (1, 10, 25, 50, 100) and FULL.transports == ("websocket", "http")
@@ -211,6 +214,10 @@ def test_plan_from_the_command_line() -> None:
     assert (plan.loops, plan.transports, plan.turns) == ((1, 3), ("http",), 5)
     # Enough rollouts per loop for the cell's minimum of turns, never fewer than one.
     assert FULL.rollouts_per_loop(1) == 8 and FULL.rollouts_per_loop(100) == 1
+    # The command to run it again leaves out the note on this run's machine.
+    assert command_line(["--quick", "--note", "busy", "--loops", "1"]) == (
+        "make bench-load BENCH_ARGS='--quick --loops 1'"
+    )
     with pytest.raises(SystemExit):
         parse_args(["--transports", "grpc"])
     with pytest.raises(SystemExit):

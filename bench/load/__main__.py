@@ -149,6 +149,9 @@ async def sweep(target: Target, plan: Plan, corpus: dict[str, str]) -> dict[str,
                 f"turns each ({loops * reps * plan.turns} turns)"
             )
             cell = await run_cell(target, meter, transport, loops, reps, plan.cell(), corpus)
+            # What the processes would have spent idle over the cell's wall time, per turn.
+            idle_ms = sum(idle.values()) * cell["wall_s"]
+            cell["idle_cpu_ms_per_turn"] = round(idle_ms / max(1, cell["turns_ok"]), 3)
             cells.append(cell)
             o, per = cell["overhead_ms"], cell["cpu_ms_per_turn"]
             log(
@@ -164,7 +167,10 @@ async def sweep(target: Target, plan: Plan, corpus: dict[str, str]) -> dict[str,
 
 
 def command_line(argv: list[str]) -> str:
-    return "make bench-load" + (f" BENCH_ARGS={shlex.quote(shlex.join(argv))}" if argv else "")
+    """How to run it again (the note left out: it describes this run's machine)."""
+    kept = [a for i, a in enumerate(argv) if a != "--note" and (i == 0 or argv[i - 1] != "--note")]
+    kept = [a for a in kept if not a.startswith("--note=")]
+    return "make bench-load" + (f" BENCH_ARGS={shlex.quote(shlex.join(kept))}" if kept else "")
 
 
 def _version(package: str) -> str:

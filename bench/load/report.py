@@ -69,13 +69,25 @@ def cpu_rows(cells: list[dict[str, Any]]) -> list[list[str]]:
                 c["transport"],
                 str(c["loops"]),
                 *(_f(per.get(name), 2) for name in (*SERVICES, "stack")),
+                _f(c.get("idle_cpu_ms_per_turn"), 2),
                 _f(c["client_cpu_ms_per_turn"], 2),
+                _f(c["stack_cores"], 2),
+                _f(c["client_cores"], 2),
             ]
         )
     return rows
 
 
-CPU_COLUMNS = ["transport", "loops", *SERVICES, "stack", "client"]
+CPU_COLUMNS = [
+    "transport",
+    "loops",
+    *SERVICES,
+    "stack",
+    "of which idle",
+    "client",
+    "stack cores",
+    "client cores",
+]
 
 
 def error_rows(cells: list[dict[str, Any]]) -> list[list[str]]:
@@ -145,9 +157,12 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         "With no traffic the processes spend "
         + ", ".join(f"{k} {v:g}" for k, v in idle.items())
-        + " ms of CPU per second (health checks, timers): included above, it weighs most "
-        "where turns are few per second (one loop). /proc counts in clock ticks (10 ms) "
-        "per process, so a service's figure is within 10 ms over the cell's turns.",
+        + ' ms of CPU per second (health checks, timers): included above; "of which idle" '
+        "is that rate over the cell's wall time, per turn, which weighs most where turns "
+        "are few per second (one loop). /proc counts in clock ticks (10 ms) per process, "
+        "so a service's figure is within 10 ms over the cell's turns. Cores: CPU time over "
+        "wall time, the cores each side kept busy on average (the generator shares the "
+        "machine with the stack, and with whatever else runs on it).",
     ]
     if warmup := data.get("warmup_errors"):
         lines += [
