@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv protos ports run test lint format lock clean images up down logs ps bench-services bench
+.PHONY: help venv protos ports run test lint format lock clean images up down logs ps bench-services bench bench-load
 
 help:
 	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1)"
@@ -19,6 +19,7 @@ help:
 	@echo "make images  build the container images (no registry needed)"
 	@echo "make bench-services  benchmark each backend service (results in bench/results/services/)"
 	@echo "make bench   the agent-loop benchmark against a stack started by make run (bench/results/)"
+	@echo "make bench-load  1 to 100 agent loops at once over raw WebSocket and HTTP/SSE (bench/results/load.*)"
 
 # The virtual environment is rebuilt whenever the lock file changes.
 $(VENV)/.installed: requirements.lock pyproject.toml
@@ -76,6 +77,12 @@ bench-services: venv
 # started (about 20 minutes; BENCH_ARGS=--quick for a smoke run, --start-stack to start one).
 bench: venv
 	$(PY) -m bench.loop $(BENCH_ARGS)
+
+# Many agent loops at once, without the SDK, against the stack `make run` started: turns/s,
+# latency and API overhead, errors and CPU per turn of each service, for 1 to 100 loops
+# (a few minutes; BENCH_ARGS=--quick for a smoke run, --start-stack to start one).
+bench-load: venv
+	$(PY) -m bench.load $(BENCH_ARGS)
 
 lint: venv
 	$(PY) -m ruff check .

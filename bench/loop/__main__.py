@@ -13,7 +13,6 @@ import asyncio
 import datetime
 import os
 import shlex
-import shutil
 import sys
 import time
 import uuid
@@ -30,13 +29,12 @@ from bench.loop.concurrency import LoadParams, run_load
 from bench.loop.direct import build_plan, route
 from bench.loop.rollout import TOOLS, Rollout, repo_corpus
 from bench.loop.stack import (
-    DEFAULT_BASE_URL,
     DEFAULT_ROUTER,
     CpuMeter,
     StackMissing,
     Target,
-    running,
-    start_local,
+    run_parser,
+    target_from,
 )
 from bench.loop.variants import (
     CONNECTION,
@@ -106,19 +104,12 @@ def _floats(text: str) -> tuple[float, ...]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.loop",
-        description="Agent-loop benchmark over the OpenAI SDK: legacy, sprint, connection, "
-        "stateless and the worker directly.",
-    )
-    parser.add_argument("--quick", action="store_true", help="smoke run: 4,000 tok/s, 4 turns")
-    parser.add_argument(
-        "--start-stack", action="store_true", help="start a stack on free ports for the run"
-    )
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder")
-    parser.add_argument("--base-url", default=DEFAULT_BASE_URL, help="the gateway's /v1 URL")
-    parser.add_argument(
-        "--api-key", default=os.environ.get("TURNPIKE_BENCH_API_KEY", "sk-turnpike-dev")
+    parser = run_parser(
+        "python -m bench.loop",
+        "Agent-loop benchmark over the OpenAI SDK: legacy, sprint, connection, stateless "
+        "and the worker directly.",
+        DEFAULT_OUT,
+        quick="4,000 tok/s, 4 turns",
     )
     parser.add_argument(
         "--router", default=DEFAULT_ROUTER, help="router gRPC address (the direct variant)"
@@ -292,11 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     loadavg_start = [round(x, 2) for x in os.getloadavg()]
     try:
-        if args.start_stack:
-            log("starting a stack on free ports")
-            target = start_local()
-        else:
-            target = running(args.base_url, args.api_key, args.router)
+        target = target_from(args, args.router, "make bench")
     except StackMissing as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -315,8 +302,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         target.stop()
-        if target.state_dir is not None:
-            shutil.rmtree(target.state_dir, ignore_errors=True)
 
     speeds = {models[s]: s for s in plan.speeds}
     cells = analysis.summarize(loops, speeds)

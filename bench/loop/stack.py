@@ -4,7 +4,9 @@ time went to."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import shutil
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -12,6 +14,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from devstack import LocalStack, StackConfig
+
+from bench.services.common import log
 
 # Where `make run` puts everything (devstack's defaults).
 DEFAULT = StackConfig()
@@ -34,9 +38,39 @@ class Target:
     state_dir: Path | None = None
 
     def stop(self) -> None:
+        """Stop the stack started here, if any, and remove its state folder."""
         if self.local is not None:
             self.local.stop()
             self.local = None
+        if self.state_dir is not None:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            self.state_dir = None
+
+
+def run_parser(prog: str, description: str, out: Path, quick: str) -> argparse.ArgumentParser:
+    """A parser with the options every benchmark of the whole stack takes: a smoke run
+    (``quick`` says what it runs), which stack (the one `make run` started, or one of its
+    own), and where the results go."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--quick", action="store_true", help=f"smoke run: {quick}")
+    parser.add_argument(
+        "--start-stack", action="store_true", help="start a stack on free ports for the run"
+    )
+    parser.add_argument("--out", type=Path, default=out, help="results folder")
+    parser.add_argument("--base-url", default=DEFAULT_BASE_URL, help="the gateway's /v1 URL")
+    parser.add_argument(
+        "--api-key", default=os.environ.get("TURNPIKE_BENCH_API_KEY", "sk-turnpike-dev")
+    )
+    return parser
+
+
+def target_from(args: argparse.Namespace, router: str, command: str) -> Target:
+    """A stack started here (``--start-stack``) or the running one the arguments name;
+    ``StackMissing`` (saying how to run ``command``) when there is none."""
+    if args.start_stack:
+        log("starting a stack on free ports")
+        return start_local()
+    return running(args.base_url, args.api_key, router, command)
 
 
 def root_of(base_url: str) -> str:
@@ -44,7 +78,7 @@ def root_of(base_url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def check_ready(base_url: str, timeout_s: float = 3.0) -> None:
+def check_ready(base_url: str, timeout_s: float = 3.0, command: str = "make bench") -> None:
     url = root_of(base_url) + "/readyz"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as reply:
@@ -58,13 +92,13 @@ def check_ready(base_url: str, timeout_s: float = 3.0) -> None:
     raise StackMissing(
         f"No ready Turnpike stack at {url}: it {problem}.\n"
         "Start one in another terminal with `make run` (and wait for its banner), then run "
-        "`make bench` again; or let the benchmark start its own stack on free ports with "
-        "`make bench BENCH_ARGS=--start-stack`."
+        f"`{command}` again; or let the benchmark start its own stack on free ports with "
+        f"`{command} BENCH_ARGS=--start-stack`."
     )
 
 
-def running(base_url: str, api_key: str, router: str) -> Target:
-    check_ready(base_url)
+def running(base_url: str, api_key: str, router: str, command: str = "make bench") -> Target:
+    check_ready(base_url, command=command)
     target = Target(base_url, api_key, router, f"running stack at {root_of(base_url)}")
     target.pids = pids_listening(_ports_of(base_url, router))
     return target

@@ -1,0 +1,240 @@
+"""``python -m bench.load`` (``make bench-load``): N agent loops at once over raw WebSocket
+and raw HTTP/SSE, swept over N; per N the turns per second, per-turn latency and API
+overhead (p50/p90/p99), errors, and CPU per turn of every service and of this client.
+Results in ``bench/results/`` (``load.json``, ``load.md``, ``load.png``).
+
+Expects a stack started by ``make run`` (gateway at http://127.0.0.1:8080/v1);
+``--start-stack`` starts one on free ports instead. ``--quick`` is a smoke run (well under
+a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import importlib.metadata
+import math
+import os
+import shlex
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bench.load import report
+from bench.load.driver import CellPlan, idle_cpu, run_cell
+from bench.load.stats import add_ratios, targets
+from bench.load.transports import HTTP, TRANSPORTS, WEBSOCKET
+from bench.loop.rollout import TOOLS, Rollout, repo_corpus
+from bench.loop.stack import (
+    DEFAULT_ROUTER,
+    CpuMeter,
+    StackMissing,
+    Target,
+    run_parser,
+    target_from,
+)
+from bench.services.common import log, machine_info
+
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results"
+ALIASES = {"ws": WEBSOCKET, "websocket": WEBSOCKET, "http": HTTP, "sse": HTTP}
+IDLE_S = 3.0
+WARMUP_TRIES = 3
+
+
+@dataclass(frozen=True)
+class Plan:
+    loops: tuple[int, ...] = (1, 10, 25, 50, 100)
+    transports: tuple[str, ...] = TRANSPORTS
+    turns: int = 25  # per rollout, as the loop benchmark's
+    min_turns: int = 200  # per cell: loops replay rollouts until the cell has this many
+    model: str = "turnpike-sim"
+    stagger_s: float = 0.5
+    turn_timeout_s: float = 120.0
+    warmup_turns: int = 3
+
+    def rollouts_per_loop(self, loops: int) -> int:
+        return max(1, math.ceil(self.min_turns / (loops * self.turns)))
+
+    def cell(self, turns: int | None = None) -> CellPlan:
+        return CellPlan(self.model, turns or self.turns, self.stagger_s, self.turn_timeout_s)
+
+
+FULL = Plan()
+QUICK = Plan(loops=(1, 4), turns=4, min_turns=8, stagger_s=0.1)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    values = tuple(int(x) for x in text.split(",") if x.strip())
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("a comma-separated list of positive integers")
+    return values
+
+
+def _transports(text: str) -> tuple[str, ...]:
+    names = [x.strip().lower() for x in text.split(",") if x.strip()]
+    if unknown := [n for n in names if n not in ALIASES]:
+        raise argparse.ArgumentTypeError(f"unknown transport(s) {unknown}: websocket, http")
+    return tuple(dict.fromkeys(ALIASES[n] for n in names))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = run_parser(
+        "python -m bench.load",
+        "N agent loops at once over raw WebSocket and HTTP/SSE: throughput, latency, API "
+        "overhead, errors and CPU per turn of every service.",
+        DEFAULT_OUT,
+        quick="1 and 4 loops, 4 turns",
+    )
+    parser.add_argument("--loops", type=_ints, help="loops at once, swept (1,10,25,50,100)")
+    parser.add_argument("--transports", type=_transports, help="websocket,http (both)")
+    parser.add_argument("--turns", type=int, help="turns per rollout (25; at least 2)")
+    parser.add_argument("--min-turns", type=int, help="turns per cell, at least (200)")
+    parser.add_argument("--model", help="model id (turnpike-sim: 1,000 tokens/s)")
+    parser.add_argument("--note", help="a line on the machine and its load, for load.md")
+    return parser.parse_args(argv)
+
+
+def plan_from(args: argparse.Namespace) -> Plan:
+    given = ("loops", "transports", "turns", "min_turns", "model")
+    plan = replace(
+        QUICK if args.quick else FULL,
+        **{name: value for name in given if (value := getattr(args, name)) is not None},
+    )
+    if plan.turns < 2:
+        raise SystemExit("--turns: a rollout needs at least 2 turns")
+    return plan
+
+
+async def warm_up(target: Target, plan: Plan, corpus: dict[str, str]) -> dict[str, int]:
+    """One short loop per transport, not counted, tried up to ``WARMUP_TRIES`` times (a
+    stack just started may still be connecting its backends); a stack that fails every
+    try is not measured. Returns the errors of the failed tries, to report them."""
+    meter = CpuMeter({})
+    seen: Counter[str] = Counter()
+    for transport in plan.transports:
+        for attempt in range(1, WARMUP_TRIES + 1):
+            cell = await run_cell(
+                target, meter, transport, 1, 1, plan.cell(plan.warmup_turns), corpus
+            )
+            if not cell["error_count"]:
+                break
+            seen.update(cell["errors"])
+            log(f"  warm-up over {transport}, try {attempt}: {cell['error_messages']}")
+            if attempt == WARMUP_TRIES:
+                raise StackMissing(
+                    f"The warm-up over {transport} failed {WARMUP_TRIES} times: "
+                    f"{cell['errors']} (model {plan.model!r}): {cell['error_messages']}"
+                )
+            await asyncio.sleep(1.0)
+    return dict(seen)
+
+
+async def sweep(target: Target, plan: Plan, corpus: dict[str, str]) -> dict[str, Any]:
+    log(f"warm-up: one {plan.warmup_turns}-turn loop per transport (not counted)")
+    warmup_errors = await warm_up(target, plan, corpus)
+    meter = CpuMeter(target.pids)
+    idle = await idle_cpu(meter, IDLE_S)
+    log(f"idle CPU, ms per second: {idle}")
+    cells: list[dict[str, Any]] = []
+    # Transports alternate at each N, so drift on the machine hits both alike.
+    for loops in plan.loops:
+        for transport in plan.transports:
+            reps = plan.rollouts_per_loop(loops)
+            log(
+                f"{transport}, {loops} loop(s) at once, {reps} rollout(s) of {plan.turns} "
+                f"turns each ({loops * reps * plan.turns} turns)"
+            )
+            cell = await run_cell(target, meter, transport, loops, reps, plan.cell(), corpus)
+            # What the processes would have spent idle over the cell's wall time, per turn.
+            idle_ms = sum(idle.values()) * cell["wall_s"]
+            cell["idle_cpu_ms_per_turn"] = round(idle_ms / max(1, cell["turns_ok"]), 3)
+            cells.append(cell)
+            o, per = cell["overhead_ms"], cell["cpu_ms_per_turn"]
+            log(
+                f"  {cell['turns_per_s']} turns/s; overhead p50/p90/p99 {o['p50']}/{o['p90']}/"
+                f"{o['p99']} ms; {cell['error_count']} errors ({cell['dropped']} dropped); "
+                f"CPU/turn stack {per.get('stack', '-')} ms, client "
+                f"{cell['client_cpu_ms_per_turn']} ms"
+            )
+            if cell["errors"]:
+                log(f"  errors: {cell['errors']}")
+    add_ratios(cells)
+    return {"warmup_errors": warmup_errors, "idle_cpu_ms_per_s": idle, "cells": cells}
+
+
+def command_line(argv: list[str]) -> str:
+    """How to run it again (the note left out: it describes this run's machine)."""
+    kept = [a for i, a in enumerate(argv) if a != "--note" and (i == 0 or argv[i - 1] != "--note")]
+    kept = [a for a in kept if not a.startswith("--note=")]
+    return "make bench-load" + (f" BENCH_ARGS={shlex.quote(shlex.join(kept))}" if kept else "")
+
+
+def _version(package: str) -> str:
+    return f"{package} {importlib.metadata.version(package)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    plan = plan_from(args)
+    began = time.monotonic()
+    loadavg_start = [round(x, 2) for x in os.getloadavg()]
+    try:
+        target = target_from(args, DEFAULT_ROUTER, "make bench-load")
+    except StackMissing as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    log(f"{target.description}: {target.base_url} (load average {loadavg_start})")
+    if missing := {"gateway", "worker-1"} - set(target.pids):
+        log(f"no process found for {sorted(missing)}: their CPU is not counted")
+    corpus = repo_corpus()
+    try:
+        import uvloop
+
+        results = uvloop.run(sweep(target, plan, corpus))
+    except StackMissing as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    finally:
+        target.stop()
+
+    sample = Rollout("run_sample", corpus, turns=plan.turns)
+    data: dict[str, Any] = {
+        "title": "Load: agent loops at once",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "mode": "quick" if args.quick else "full",
+        "command": command_line(argv),
+        "duration_s": round(time.monotonic() - began, 1),
+        "machine": machine_info()
+        | {"loadavg_start": loadavg_start, "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
+        "stack": target.description,
+        "note": args.note,
+        "params": {
+            "loops": list(plan.loops),
+            "transports": list(plan.transports),
+            "model": plan.model,
+            "turns": plan.turns,
+            "min_turns": plan.min_turns,
+            "stagger_s": plan.stagger_s,
+            "turn_timeout_s": plan.turn_timeout_s,
+            "instructions_chars": len(sample.instructions),
+            "tools": len(TOOLS),
+            "output_chars": sample.output_chars,
+            "clients": {WEBSOCKET: _version("websockets"), HTTP: _version("httptools")},
+        },
+        **results,
+        "targets": targets(results["cells"], plan.model),
+    }
+    written = report.write(data, args.out.resolve())
+    for t in data["targets"]:
+        log(f"{t['name']}: {t['detail']}")
+    log(f"done in {time.monotonic() - began:.0f} s -> " + ", ".join(p.name for p in written))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
