@@ -203,6 +203,12 @@ def test_ratios_targets_and_report_tables() -> None:
     assert "No errors" in markdown({**data, "cells": cells[:2]})
 
 
+def test_a_profile_needs_a_swept_websocket_cell() -> None:
+    from bench.load.__main__ import main
+
+    assert main(["--quick", "--profile", "unused", "--profile-at", "7"]) == 2
+
+
 def test_plan_from_the_command_line() -> None:
     from bench.load.__main__ import FULL, command_line, parse_args, plan_from
 
@@ -228,9 +234,11 @@ def test_plan_from_the_command_line() -> None:
 
 
 def test_quick_run_against_its_own_stack(tmp_path: Path) -> None:
-    out = tmp_path / "results"
+    out, profiles = tmp_path / "results", tmp_path / "profiles"
+    command = ["--quick", "--start-stack", "--out", str(out)]
+    command += ["--profile", str(profiles), "--profile-at", "4"]
     run = subprocess.run(
-        [sys.executable, "-m", "bench.load", "--quick", "--start-stack", "--out", str(out)],
+        [sys.executable, "-m", "bench.load", *command],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -274,3 +282,7 @@ def test_quick_run_against_its_own_stack(tmp_path: Path) -> None:
     assert "## Latency and throughput" in markdown and "| websocket | 4 |" in markdown
     assert "## CPU per completed turn, ms" in markdown and "(load.png)" in markdown
     assert (out / "load.png").stat().st_size > 10_000
+    # A flame graph of every process, taken while four loops ran over WebSocket.
+    flames = {p.stem: p.read_text() for p in profiles.glob("*.svg")}
+    assert {"gateway", "safety", "tokenizer", "router", "billing", "worker-1"} <= set(flames)
+    assert "ResponseEngine" in flames["gateway"]

@@ -26,6 +26,7 @@ from typing import Any
 
 from bench.load import report
 from bench.load.driver import CellPlan, idle_cpu, run_cell
+from bench.load.profiles import Profiles
 from bench.load.stats import add_ratios, targets
 from bench.load.transports import HTTP, TRANSPORTS, WEBSOCKET
 from bench.loop.rollout import TOOLS, Rollout, repo_corpus
@@ -95,6 +96,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--min-turns", type=int, help="turns per cell, at least (200)")
     parser.add_argument("--model", help="model id (turnpike-sim: 1,000 tokens/s)")
     parser.add_argument("--note", help="a line on the machine and its load, for load.md")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="flame graphs (py-spy) of every process during one cell, into DIR/<process>.svg",
+    )
+    parser.add_argument(
+        "--profile-at",
+        type=int,
+        default=10,
+        metavar="N",
+        help="the cell profiled: N loops at once over WebSocket (10; must be swept)",
+    )
     return parser.parse_args(argv)
 
 
@@ -133,7 +147,9 @@ async def warm_up(target: Target, plan: Plan, corpus: dict[str, str]) -> dict[st
     return dict(seen)
 
 
-async def sweep(target: Target, plan: Plan, corpus: dict[str, str]) -> dict[str, Any]:
+async def sweep(
+    target: Target, plan: Plan, corpus: dict[str, str], profiles: Profiles | None = None
+) -> dict[str, Any]:
     log(f"warm-up: one {plan.warmup_turns}-turn loop per transport (not counted)")
     warmup_errors = await warm_up(target, plan, corpus)
     meter = CpuMeter(target.pids)
@@ -148,7 +164,13 @@ async def sweep(target: Target, plan: Plan, corpus: dict[str, str]) -> dict[str,
                 f"{transport}, {loops} loop(s) at once, {reps} rollout(s) of {plan.turns} "
                 f"turns each ({loops * reps * plan.turns} turns)"
             )
+            profiled = profiles is not None and (loops, transport) == profiles.cell
+            if profiled:
+                profiles.start()
             cell = await run_cell(target, meter, transport, loops, reps, plan.cell(), corpus)
+            if profiled:
+                written = profiles.stop()
+                log(f"  profiled: {', '.join(p.name for p in written)} in {profiles.out}")
             # What the processes would have spent idle over the cell's wall time, per turn.
             idle_ms = sum(idle.values()) * cell["wall_s"]
             cell["idle_cpu_ms_per_turn"] = round(idle_ms / max(1, cell["turns_ok"]), 3)
@@ -181,6 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     plan = plan_from(args)
+    if args.profile is not None and (
+        args.profile_at not in plan.loops or WEBSOCKET not in plan.transports
+    ):
+        print("--profile-at: that many loops over WebSocket is not swept", file=sys.stderr)
+        return 2
     began = time.monotonic()
     loadavg_start = [round(x, 2) for x in os.getloadavg()]
     try:
@@ -192,10 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     if missing := {"gateway", "worker-1"} - set(target.pids):
         log(f"no process found for {sorted(missing)}: their CPU is not counted")
     corpus = repo_corpus()
+    profiles = None
+    if args.profile is not None:
+        profiles = Profiles(target.pids, args.profile.resolve(), (args.profile_at, WEBSOCKET))
     try:
         import uvloop
 
-        results = uvloop.run(sweep(target, plan, corpus))
+        results = uvloop.run(sweep(target, plan, corpus, profiles))
     except StackMissing as exc:
         print(exc, file=sys.stderr)
         return 2
