@@ -73,7 +73,20 @@ async def test_only_text_still_to_score_decides_the_thread_hop(
     assert hops == ["complete", "complete"]
     # The library's model has a fixed cost of milliseconds: always off the event loop.
     await servicer.Classify(request(safety_pb2.FULL, [output("o8", 100)], fast=False), None)
-    assert hops == ["complete"] * 3
+    assert hops == ["complete", "complete", "analyze"]
+
+
+async def test_a_huge_request_is_not_even_hashed_on_the_event_loop(
+    classifier: ProfanityClassifier, hops: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "LOOK_UP_INLINE_CHARS", 10_000)
+    servicer = SafetyServicer(SafetyEngine(classifier, Thresholds(), ConversationStore(10)))
+    history = [output(f"o{i}", 4_000) for i in range(3)]
+    await servicer.Classify(request(safety_pb2.FULL, history[:2]), None)
+    assert hops == []
+    # Everything but the last item is in the cache, but the whole request is over the bound.
+    reply = await servicer.Classify(request(safety_pb2.FULL, history), None)
+    assert hops == ["analyze"] and reply.items_scored == 3
 
 
 def test_look_up_leaves_only_uncached_texts_to_score(classifier: ProfanityClassifier) -> None:
