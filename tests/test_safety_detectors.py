@@ -108,3 +108,14 @@ def test_adversarial_input_stays_linear() -> None:
     found = detect_credentials(text)
     assert time.monotonic() - started < 5.0
     assert [d.category for d in found] == [detectors.PRIVATE_KEY]
+
+
+def test_every_match_holds_one_of_its_patterns_literals() -> None:
+    # A pattern runs only on texts holding one of its literals: sound only if no match can
+    # lack them. Checked on every case here, near misses and longer runs included.
+    texts = [secret for _, secret in CASES]
+    texts += ["x" + secret + "y" for secret in texts] + [" ".join(texts)]
+    for category, literals, pattern in detectors._PATTERNS:
+        for text in texts:
+            for match in pattern.finditer(text):
+                assert any(literal in match.group(0) for literal in literals), (category, text)

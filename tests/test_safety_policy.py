@@ -352,6 +352,37 @@ def test_fused_model_gives_the_library_scores():
     assert [round(s.score, 9) for s in slow] == [round(f.score, 9) for f in fast]
 
 
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["fuck"],  # one short text: the common call
+        ["shit shit shit shit happens", "you idiot, you IDIOT", "Idiot."],  # repeated terms
+        ["", "the and of it", "zzqx 12345 ___", "have a nice day"],  # nothing known, or little
+        [],
+    ],
+    ids=["one", "repeats", "unknown-terms", "empty-batch"],
+)
+def test_fused_model_edge_cases_give_the_library_scores(
+    classifier: ProfanityClassifier, texts: list[str]
+) -> None:
+    fused = list(classifier._fused(texts))
+    library = list(classifier._predict_prob(texts)) if texts else []
+    assert len(fused) == len(texts)
+    assert all(abs(a - b) < 1e-9 for a, b in zip(library, fused, strict=True))
+
+
+def test_fusing_refuses_another_kind_of_vectorizer() -> None:
+    import copy
+
+    from profanity_check.profanity_check import model, vectorizer
+    from safety.classifier import FusedCalibratedLinear
+
+    for change in ({"sublinear_tf": True}, {"norm": "l1"}, {"binary": True}):
+        other = copy.deepcopy(vectorizer).set_params(**change)
+        with pytest.raises(ValueError, match="can be fused"):
+            FusedCalibratedLinear(other, model)
+
+
 def test_fast_path_scores_each_distinct_text_once_with_the_same_result():
     from safety.classifier import ProfanityClassifier
     from safety.engine import SafetyEngine

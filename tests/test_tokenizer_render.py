@@ -10,12 +10,14 @@ from openai_harmony import (
     Author,
     Conversation,
     DeveloperContent,
+    HarmonyEncoding,
     Message,
+    RenderOptions,
     Role,
     SystemContent,
     ToolDescription,
 )
-from tokenizer.render import Renderer, RenderError, item_messages
+from tokenizer.render import Renderer, RenderError, item_message, item_messages, item_shape
 from turnpike.conversation.v1.conversation_pb2 import Item, Tool
 
 INSTRUCTIONS = "You are a careful coding agent. Run the tests before you claim a fix."
@@ -392,3 +394,71 @@ def test_count_text(renderer: Renderer) -> None:
     assert renderer.count_text(SOURCE) == len(renderer.encoding.encode(SOURCE))
     # Special-token spellings count as the plain text they are, without raising.
     assert renderer.count_text("<|end|>") > 1
+
+
+# Texts that stress the seam between a message's header and its text.
+EDGE_TEXTS = [
+    "",
+    " ",
+    "\n\n  leading and trailing whitespace \t\n",
+    "<|end|><|call|><|start|>assistant<|message|>",
+    "naïve café, Ünïcödé, 東京, emoji 🙂‍↔️, combining e\u0301",
+    "'s 'LL don't I'M",
+    "12345678901234567890",
+    '{"path": "a.py", "line": 3}',
+    SOURCE,
+]
+EDGE_ITEMS = [
+    *(
+        message(role, text)
+        for role in ("user", "assistant", "system", "developer")
+        for text in EDGE_TEXTS
+    ),
+    *(
+        Item(kind=Item.FUNCTION_CALL, call_id="c", name=name, arguments=text)
+        for name in ("read_file", "search_code", "f")
+        for text in EDGE_TEXTS
+    ),
+    *(
+        Item(kind=Item.FUNCTION_CALL_OUTPUT, call_id="c", name=name, text=text)
+        for name in ("read_file", "run_tests", "")
+        for text in EDGE_TEXTS
+    ),
+]
+
+
+def test_each_item_renders_as_harmony_renders_its_message(renderer: Renderer) -> None:
+    for item in EDGE_ITEMS:
+        expected = renderer.encoding.render(item_message(0, item))
+        assert renderer.render_append([item]) == expected, item
+
+
+def test_frames_are_made_once_per_shape() -> None:
+    renderer = Renderer()
+    renderer.render_append(EDGE_ITEMS)
+    renderer.render_append(EDGE_ITEMS)
+    shapes = {item_shape(0, item) for item in EDGE_ITEMS}
+    info = renderer._frames.cache_info()
+    assert info.currsize == info.misses == len(shapes) == 4 + 3 + 3
+    assert info.hits == 2 * len(EDGE_ITEMS) - len(shapes)
+
+
+class OtherLayout:
+    """A harmony encoding that renders a message's text with a token of its own after it."""
+
+    def __init__(self, encoding: HarmonyEncoding) -> None:
+        self._encoding = encoding
+
+    def __getattr__(self, name: str):
+        return getattr(self._encoding, name)
+
+    def render(self, message: Message, options: RenderOptions | None = None) -> list[int]:
+        tokens = self._encoding.render(message, options)
+        text = getattr(message.content[0], "text", "")
+        return [*tokens[:-1], 13, *tokens[-1:]] if text else tokens
+
+
+def test_a_layout_other_than_header_text_end_fails_loudly(renderer: Renderer) -> None:
+    other = Renderer(OtherLayout(renderer.encoding))
+    with pytest.raises(RuntimeError, match="otherwise than header, text, end"):
+        other.render_append([message("user", "hi")])

@@ -3,12 +3,14 @@ against conversation size, in-process and over gRPC."""
 
 from __future__ import annotations
 
+import statistics
 import time
 
 from safety.classifier import ProfanityClassifier
 from safety.engine import Mode, SafetyEngine
 from safety.policy import Thresholds
 from safety.state import ConversationStore
+from turnpike.conversation.v1.conversation_pb2 import Item
 from turnpike.grpc_client import insecure_channel
 from turnpike.safety.v1 import safety_pb2, safety_pb2_grpc
 
@@ -26,7 +28,13 @@ from bench.services.common import (
     sample,
     summarize,
 )
-from bench.services.history import conversation, history_tokens
+from bench.services.history import (
+    OUTPUT_CHARS,
+    Conversation,
+    conversation,
+    history_tokens,
+    tool_outputs,
+)
 
 NEEDS = ("safety",)
 TURNS = (1, 5, 10, 20, 30, 40)
@@ -34,10 +42,32 @@ QUICK_TURNS = (1, 5, 10)
 TENANT = "bench"
 
 
+def new_turns(conv: Conversation, outputs: list[str]) -> list[list[Item]]:
+    """Last turns like ``conv``'s, one per output, each with a tool output never sent before
+    (the loop's own outputs, numbered so that no two are equal): what a live loop sends, a
+    text the score cache cannot hold."""
+    call = conv.last_turn[0]
+    return [
+        [
+            call,
+            Item(
+                kind=Item.FUNCTION_CALL_OUTPUT,
+                id=f"new_{n}",
+                call_id=call.call_id,
+                name=call.name,
+                text=f"{text}\n(output {n}, after {len(conv.items)} items)\n",
+            ),
+        ]
+        for n, text in enumerate(outputs)
+    ]
+
+
 async def run(ctx: Context) -> Report:
     began = time.monotonic()
     engine = SafetyEngine(ProfanityClassifier(), Thresholds(), ConversationStore(1000))
     measurements = []
+    # One new text per call: a warm-up call and at most max_n samples per point.
+    outputs = tool_outputs(ctx.budget.max_n + 1, OUTPUT_CHARS)
     async with insecure_channel(ctx.addresses["safety"]) as channel:
         stub = safety_pb2_grpc.SafetyStub(channel)
         for turns in ctx.pick(TURNS, QUICK_TURNS):
@@ -60,6 +90,19 @@ async def run(ctx: Context) -> Report:
             incr_fast.CopyFrom(incr_req)
             full_fast.fast_path = incr_fast.fast_path = True
             await stub.Classify(full_req)
+            fresh_grpc = iter(
+                [
+                    safety_pb2.ClassifyRequest(
+                        tenant=TENANT,
+                        conversation_id=conv_id,
+                        mode=safety_pb2.INCREMENTAL,
+                        fast_path=True,
+                        items=items,
+                    )
+                    for items in new_turns(conv, outputs)
+                ]
+            )
+            fresh = iter(new_turns(conv, outputs))
             points = await sample(
                 {
                     # The fused model (sprint and connection pipelines): same scores.
@@ -69,8 +112,13 @@ async def run(ctx: Context) -> Report:
                     ("incremental fast", "in-process"): lambda c=conv, k=conv_id: engine.record(
                         TENANT, k, Mode.INCREMENTAL, engine.analyze(c.last_turn, True)
                     ),
+                    # The same, a new tool output every time: scored, not found in the cache.
+                    ("incremental fast new", "in-process"): lambda k=conv_id, f=fresh: (
+                        engine.record(TENANT, k, Mode.INCREMENTAL, engine.analyze(next(f), True))
+                    ),
                     ("full fast", "grpc"): lambda r=full_fast: stub.Classify(r),
                     ("incremental fast", "grpc"): lambda r=incr_fast: stub.Classify(r),
+                    ("incremental fast new", "grpc"): lambda f=fresh_grpc: stub.Classify(next(f)),
                     ("full", "in-process"): lambda c=conv, k=conv_id: engine.classify(
                         TENANT, k, Mode.FULL, c.items
                     ),
@@ -114,6 +162,10 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
         derived[f"incremental_fast_{key}_median_ms_largest_history"] = fast[-1]["latency_ms"][
             "median"
         ]
+        new = pick(measurements, "incremental fast new", transport)
+        derived[f"incremental_fast_new_text_{key}_median_ms"] = round(
+            statistics.median(m["latency_ms"]["median"] for m in new), 4
+        )
         derived[f"library_over_fused_incremental_{key}_at_largest"] = round(
             slow[-1]["latency_ms"]["median"] / fast[-1]["latency_ms"]["median"], 1
         )
@@ -153,6 +205,11 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
         f"gRPC ({derived['library_over_fused_incremental_grpc_at_largest']:g}x faster than the "
         f"library's path), and the whole {full_ip[-1]['history_tokens']:,}-token conversation in "
         f"{derived['full_fast_grpc_median_ms_at_largest']:.1f} ms over gRPC.",
+        f"A live loop's turn brings a tool output never seen before, which the fast path "
+        f"scores (a new text every call here): "
+        f"{derived['incremental_fast_new_text_in_process_median_ms']:.2f} ms in-process and "
+        f"{derived['incremental_fast_new_text_grpc_median_ms']:.2f} ms over gRPC (median over "
+        "the history sizes, which do not matter to it).",
     ]
     rows = []
     for full_ip in pick(measurements, "full", "in-process"):
@@ -168,6 +225,7 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
                 ms(cells["incremental", "grpc"]["latency_ms"]),
                 ms(cells["full fast", "grpc"]["latency_ms"]),
                 ms(cells["incremental fast", "grpc"]["latency_ms"]),
+                ms(cells["incremental fast new", "grpc"]["latency_ms"]),
             ]
         )
     table = Table(
@@ -182,10 +240,12 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
             "incremental gRPC",
             "full fast gRPC",
             "incremental fast gRPC",
+            "incremental fast gRPC, new text",
         ],
         rows,
         "Incremental scores only the last round's items (the model's call and the tool's "
-        "output) and folds them into the kept state.",
+        "output) and folds them into the kept state. The fast columns re-send texts the "
+        "score cache holds, but for the last one, whose tool output is new every call.",
     )
     plot = "safety_latency.png"
     line_plot(
@@ -202,6 +262,7 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
                 ("incremental", "grpc", "s--"),
                 ("full fast", "grpc", "^-"),
                 ("incremental fast", "grpc", "^--"),
+                ("incremental fast new", "grpc", "v--"),
             ),
         ),
     )

@@ -1,6 +1,8 @@
 """Classification of one request: items -> evidence (classifier + detectors) -> assessment ->
-conversation state. ``analyze`` is the CPU work and is thread-safe; ``record`` touches the
-shared state and runs on the event loop, so it needs no lock."""
+conversation state. ``analyze`` is the CPU work, in two steps: ``look_up`` (the score cache,
+cheap) and ``complete`` (scoring what the cache did not hold; thread-safe), so a caller can
+tell how much work is left before it decides where to run it. ``record`` touches the shared
+state and runs on the event loop, so it needs no lock."""
 
 from __future__ import annotations
 
@@ -63,12 +65,32 @@ def item_kind_and_text(index: int, item: Item) -> tuple[str, str]:
     raise InvalidRequest(f"{_where(index, item)}: unknown item kind {item.kind}")
 
 
+@dataclass
+class Pending:
+    """A request between ``SafetyEngine.look_up`` and ``complete``: its items, their kinds and
+    texts, and the cache's entry for each text (None: still to be scored)."""
+
+    items: Sequence[Item]
+    kinds_texts: list[tuple[str, str]]
+    fast: bool
+    found: list[tuple | None]  # the cache's entries; ``complete`` fills in the rest
+    keys: list[bytes]  # cache keys, on the fast path
+
+    @property
+    def missing(self) -> list[int]:
+        return [i for i, entry in enumerate(self.found) if entry is None]
+
+    @property
+    def chars_to_score(self) -> int:
+        return sum(len(self.kinds_texts[i][1]) for i in self.missing)
+
+
 class ScoreCache:
     """Scores and detections of texts already analysed, by content hash (LRU, bounded).
 
     A conversation re-sent in full (HTTP follow-ups, stateless clients) is mostly text
     scored before: the fast path scores each distinct text once. Thread-safe, since
-    ``analyze`` runs in worker threads."""
+    ``SafetyEngine.complete`` may run in a worker thread."""
 
     def __init__(self, capacity: int) -> None:
         self._entries: LruCache[bytes, tuple] = LruCache(capacity)
@@ -111,6 +133,41 @@ class SafetyEngine:
         """Each item's kind and the text to score; InvalidRequest for a bad item."""
         return [item_kind_and_text(i, item) for i, item in enumerate(items)]
 
+    def look_up(
+        self,
+        items: Sequence[Item],
+        fast: bool = False,
+        validated: list[tuple[str, str]] | None = None,
+    ) -> Pending:
+        """The first step of ``analyze``: each item's text, and on the fast path what the
+        score cache holds for it. Cheap (a hash per text); ``complete`` does the scoring."""
+        kinds_texts = validated if validated is not None else self.validate(items)
+        keys = [self.cache.key(text) for _, text in kinds_texts] if fast else []
+        found = [self.cache.get(key) for key in keys] if fast else [None] * len(kinds_texts)
+        return Pending(items, kinds_texts, fast, found, keys)
+
+    def complete(self, pending: Pending) -> list[ItemEvidence]:
+        """The second step of ``analyze``: scores and detections of the texts not found in
+        the cache, then every item's evidence. Thread-safe."""
+        texts = [text for _, text in pending.kinds_texts]
+        missing = pending.missing
+        found = pending.found
+        scores = self.classifier.score_texts([texts[i] for i in missing], pending.fast)
+        for i, score in zip(missing, scores, strict=True):
+            found[i] = (score, tuple(detect_credentials(texts[i])))
+            if pending.fast:
+                self.cache.put(pending.keys[i], found[i])
+        return [
+            ItemEvidence(
+                item_id=item.id,
+                kind=pending.kinds_texts[i][0],
+                role=item.role,
+                score=entry[0],
+                detections=entry[1],
+            )
+            for i, (item, entry) in enumerate(zip(pending.items, found, strict=True))
+        ]
+
     def analyze(
         self,
         items: Sequence[Item],
@@ -120,29 +177,7 @@ class SafetyEngine:
         """Evidence for every item. ``fast``: the fused model, and texts seen before are
         taken from the score cache (the same numbers: scoring is deterministic).
         ``validated``: what ``validate`` returned for these items, if the caller has it."""
-        kinds_texts = validated if validated is not None else self.validate(items)
-        texts = [text for _, text in kinds_texts]
-        found: list[tuple | None] = [None] * len(texts)
-        keys: list[bytes] = []
-        if fast:
-            keys = [self.cache.key(text) for text in texts]
-            found = [self.cache.get(key) for key in keys]
-        missing = [i for i, entry in enumerate(found) if entry is None]
-        scores = self.classifier.score_texts([texts[i] for i in missing], fast)
-        for i, score in zip(missing, scores, strict=True):
-            found[i] = (score, tuple(detect_credentials(texts[i])))
-            if fast:
-                self.cache.put(keys[i], found[i])
-        return [
-            ItemEvidence(
-                item_id=item.id,
-                kind=kinds_texts[i][0],
-                role=item.role,
-                score=entry[0],
-                detections=entry[1],
-            )
-            for i, (item, entry) in enumerate(zip(items, found, strict=True))
-        ]
+        return self.complete(self.look_up(items, fast, validated))
 
     def record(
         self, tenant: str, conversation_id: str, mode: Mode, evidence: Sequence[ItemEvidence]

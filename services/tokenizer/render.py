@@ -1,9 +1,10 @@
 """Conversation items -> harmony messages -> o200k tokens (gpt-oss format). No gRPC here.
 
 A rendered conversation is the system message, an optional developer message, then one harmony
-message per item, concatenated. Each message is rendered on its own with ``encoding.render``: that
-is exactly what harmony's ``render_conversation`` does for the messages we produce (we never emit
-``analysis`` messages, the only thing it drops), and it is what makes appending sound::
+message per item, concatenated. Each message is rendered on its own, as ``encoding.render`` renders
+it (an item's message by frame, see ``Renderer``): that is exactly what harmony's
+``render_conversation`` does for the messages we produce (we never emit ``analysis`` messages, the
+only thing it drops), and it is what makes appending sound::
 
     render(I, T, items[:k]) + render_append(items[k:]) == render(I, T, items)   for every k
 
@@ -57,7 +58,10 @@ CHANNELS = ["analysis", "commentary", "final"]
 
 UNKNOWN_FUNCTION = "unknown"
 
-_DEVELOPER_ROLES = {"system", "developer"}
+_MESSAGE_ROLES = {"user", "assistant", "system", "developer"}
+# Frames kept per renderer: one per message role, and one per function name for calls and
+# for outputs.
+FRAMES_CACHED = 4096
 
 
 class RenderError(ValueError):
@@ -110,36 +114,60 @@ def developer_message(instructions: str, tools: Sequence[Tool]) -> Message | Non
     return Message.from_role_and_content(Role.DEVELOPER, developer)
 
 
-def item_message(index: int, item: Item) -> Message:
-    """The harmony message for one item; depends on that item only (see module docstring)."""
+# What an item's harmony header depends on: its kind, its role (messages) and its function's
+# name (calls and outputs). Items of one shape render alike but for their text.
+Shape = tuple[int, str, str]
+
+
+def item_shape(index: int, item: Item) -> Shape:
+    """The item's shape; RenderError for an item that cannot be rendered."""
     if item.kind == Item.MESSAGE:
-        if item.role == "user":
-            return Message.from_role_and_content(Role.USER, item.text)
-        if item.role == "assistant":
-            return Message.from_role_and_content(Role.ASSISTANT, item.text).with_channel("final")
-        if item.role in _DEVELOPER_ROLES:
-            return Message.from_role_and_content(Role.DEVELOPER, item.text)
-        raise RenderError(
-            f"{_describe(index, item)}: unknown message role {item.role!r} "
-            "(expected user, assistant, system or developer)"
-        )
+        if item.role not in _MESSAGE_ROLES:
+            raise RenderError(
+                f"{_describe(index, item)}: unknown message role {item.role!r} "
+                "(expected user, assistant, system or developer)"
+            )
+        return Item.MESSAGE, item.role, ""
     if item.kind == Item.FUNCTION_CALL:
         if not item.name:
             raise RenderError(f"{_describe(index, item)}: a function_call needs a name")
+        return Item.FUNCTION_CALL, "", item.name
+    if item.kind == Item.FUNCTION_CALL_OUTPUT:
+        return Item.FUNCTION_CALL_OUTPUT, "", item.name or UNKNOWN_FUNCTION
+    raise RenderError(f"{_describe(index, item)}: unknown item kind {item.kind}")
+
+
+def item_text(item: Item) -> str:
+    """The text an item's message holds: a call's arguments, anything else's text."""
+    return item.arguments if item.kind == Item.FUNCTION_CALL else item.text
+
+
+def shaped_message(shape: Shape, text: str) -> Message:
+    """The harmony message of an item of ``shape`` holding ``text``."""
+    kind, role, name = shape
+    if kind == Item.MESSAGE:
+        if role == "user":
+            return Message.from_role_and_content(Role.USER, text)
+        if role == "assistant":
+            return Message.from_role_and_content(Role.ASSISTANT, text).with_channel("final")
+        return Message.from_role_and_content(Role.DEVELOPER, text)
+    if kind == Item.FUNCTION_CALL:
         return (
-            Message.from_role_and_content(Role.ASSISTANT, item.arguments)
+            Message.from_role_and_content(Role.ASSISTANT, text)
             .with_channel("commentary")
-            .with_recipient(f"functions.{item.name}")
+            .with_recipient(f"functions.{name}")
             .with_content_type("<|constrain|>json")
         )
-    if item.kind == Item.FUNCTION_CALL_OUTPUT:
-        author = Author.new(Role.TOOL, f"functions.{item.name or UNKNOWN_FUNCTION}")
-        return (
-            Message.from_author_and_content(author, item.text)
-            .with_recipient("assistant")
-            .with_channel("commentary")
-        )
-    raise RenderError(f"{_describe(index, item)}: unknown item kind {item.kind}")
+    return (
+        Message.from_author_and_content(Author.new(Role.TOOL, f"functions.{name}"), text)
+        .with_recipient("assistant")
+        .with_channel("commentary")
+    )
+
+
+def item_message(index: int, item: Item) -> Message:
+    """The harmony message for one item; depends on that item only (see module docstring)."""
+    return shaped_message(item_shape(index, item), item_text(item))
 
 
 def item_messages(items: Sequence[Item]) -> list[Message]:
@@ -155,7 +183,15 @@ def text_size(instructions: str, tools: Sequence[Tool], items: Sequence[Item]) -
 
 
 class Renderer:
-    """Renders requests with one harmony encoding. Thread-safe (it only reads the encoding)."""
+    """Renders requests with one harmony encoding. Thread-safe (it only reads the encoding;
+    its cache of frames is thread-safe).
+
+    Items are rendered by frame: harmony renders a text message as its header, the text
+    encoded as plain text, and one closing token (``<|end|>``, or ``<|call|>`` for a call).
+    The tokens around the text depend only on the item's shape, so they are rendered by
+    harmony once per shape (each harmony render re-encodes its formatting tokens, a fixed cost
+    larger than encoding a short text) and checked against a whole render when they are made;
+    per item only its text is encoded."""
 
     def __init__(self, encoding: HarmonyEncoding | None = None) -> None:
         self.encoding = encoding or harmony_encoding()
@@ -167,6 +203,7 @@ class Renderer:
         # Render both system variants now, so the first request pays nothing extra.
         self._system_tokens(False)
         self._system_tokens(True)
+        self._frames = functools.lru_cache(maxsize=FRAMES_CACHED)(self._frame)
 
     def _render_system(self, has_function_tools: bool) -> tuple[int, ...]:
         message = Message.from_role_and_content(Role.SYSTEM, system_content())
@@ -178,6 +215,21 @@ class Renderer:
             return self.encoding.render(message)
         except HarmonyError as exc:
             raise RenderError(f"{where}: cannot be rendered: {exc}") from None
+
+    def _frame(self, shape: Shape) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The tokens before and after the text of a message of ``shape``."""
+        empty = self.encoding.render(shaped_message(shape, ""))
+        head, tail = empty[:-1], empty[-1:]
+        # A harmony whose layout differs would render wrong tokens here: fail loudly instead.
+        probe = "Probe text, <|end|> included."
+        if self.encoding.render(shaped_message(shape, probe)) != head + self.encode(probe) + tail:
+            raise RuntimeError(f"harmony renders {shape} otherwise than header, text, end")
+        return tuple(head), tuple(tail)
+
+    def encode(self, text: str) -> list[int]:
+        """Plain text as tokens; text that spells a special token is the text it is (as harmony
+        encodes message text)."""
+        return self.encoding.encode(text, disallowed_special=())
 
     def render(self, instructions: str, tools: Sequence[Tool], items: Sequence[Item]) -> list[int]:
         """The conversation body: system, developer (if any), every item. No completion prompt."""
@@ -192,12 +244,17 @@ class Renderer:
 
     def render_append(self, items: Sequence[Item]) -> list[int]:
         """Only ``items``, as they continue a conversation already rendered."""
-        messages = item_messages(items)  # all items are checked before any is rendered
+        shapes = [item_shape(i, item) for i, item in enumerate(items)]  # all checked first
         tokens: list[int] = []
-        for i, (item, message) in enumerate(zip(items, messages, strict=True)):
-            tokens += self._render_message(message, _describe(i, item))
+        for i, (item, shape) in enumerate(zip(items, shapes, strict=True)):
+            try:
+                head, tail = self._frames(shape)
+            except HarmonyError as exc:
+                raise RenderError(f"{_describe(i, item)}: cannot be rendered: {exc}") from None
+            tokens += head
+            tokens += self.encode(item_text(item))
+            tokens += tail
         return tokens
 
     def count_text(self, text: str) -> int:
-        # Text that spells a special token counts as the plain text it is.
-        return len(self.encoding.encode(text, disallowed_special=()))
+        return len(self.encode(text))

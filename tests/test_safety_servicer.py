@@ -1,0 +1,103 @@
+"""The safety gRPC adapter in-process: which calls leave the event loop for a worker thread.
+
+A hop costs more than scoring a few kilobytes, so the fast path scores on the event loop
+unless much text is still to score; texts found in the score cache are not."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from safety import server
+from safety.classifier import ProfanityClassifier
+from safety.engine import SafetyEngine
+from safety.policy import Thresholds
+from safety.server import INLINE_TEXT_CHARS, SafetyServicer
+from safety.state import ConversationStore
+from turnpike.conversation.v1.conversation_pb2 import Item
+from turnpike.safety.v1 import safety_pb2
+
+LINE = "def handler(request):  # reads the request and answers it\n"
+
+
+def output(item_id: str, chars: int) -> Item:
+    text = f"{item_id}\n" + LINE * (chars // len(LINE))
+    return Item(kind=Item.FUNCTION_CALL_OUTPUT, id=item_id, name="read_file", text=text)
+
+
+def request(mode: int, items: list[Item], fast: bool = True) -> safety_pb2.ClassifyRequest:
+    return safety_pb2.ClassifyRequest(
+        tenant="acme", conversation_id="conv", mode=mode, fast_path=fast, items=items
+    )
+
+
+@pytest.fixture(scope="module")
+def classifier() -> ProfanityClassifier:
+    return ProfanityClassifier()
+
+
+@pytest.fixture
+def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of every function the servicer sends to a worker thread."""
+    sent: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(fn, /, *args, **kwargs):
+        sent.append(fn.__name__)
+        return await to_thread(fn, *args, **kwargs)
+
+    monkeypatch.setattr(server.asyncio, "to_thread", counted)
+    return sent
+
+
+async def test_only_text_still_to_score_decides_the_thread_hop(
+    classifier: ProfanityClassifier, hops: list[str]
+) -> None:
+    engine = SafetyEngine(classifier, Thresholds(), ConversationStore(10))
+    servicer = SafetyServicer(engine)
+    history = [output(f"o{i}", 4_000) for i in range(6)]
+    assert sum(len(item.text) for item in history) > INLINE_TEXT_CHARS
+
+    # A long history seen for the first time: off the event loop.
+    first = await servicer.Classify(request(safety_pb2.FULL, history), None)
+    assert hops == ["complete"]
+    # Re-sent with one new item (a stateless client's follow-up): the cached texts cost
+    # nothing, so the new item is scored here.
+    follow_up = [*history, output("o6", 4_000)]
+    second = await servicer.Classify(request(safety_pb2.FULL, follow_up), None)
+    assert hops == ["complete"]
+    assert second.items_scored == len(follow_up) and second.verdict == first.verdict
+    # A large new item: off the event loop again, whatever the mode.
+    big = output("o7", INLINE_TEXT_CHARS + 1_000)
+    await servicer.Classify(request(safety_pb2.INCREMENTAL, [big]), None)
+    assert hops == ["complete", "complete"]
+    # The library's model has a fixed cost of milliseconds: always off the event loop.
+    await servicer.Classify(request(safety_pb2.FULL, [output("o8", 100)], fast=False), None)
+    assert hops == ["complete", "complete", "analyze"]
+
+
+async def test_a_huge_request_is_not_even_hashed_on_the_event_loop(
+    classifier: ProfanityClassifier, hops: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "LOOK_UP_INLINE_CHARS", 10_000)
+    servicer = SafetyServicer(SafetyEngine(classifier, Thresholds(), ConversationStore(10)))
+    history = [output(f"o{i}", 4_000) for i in range(3)]
+    await servicer.Classify(request(safety_pb2.FULL, history[:2]), None)
+    assert hops == []
+    # Everything but the last item is in the cache, but the whole request is over the bound.
+    reply = await servicer.Classify(request(safety_pb2.FULL, history), None)
+    assert hops == ["analyze"] and reply.items_scored == 3
+
+
+def test_look_up_leaves_only_uncached_texts_to_score(classifier: ProfanityClassifier) -> None:
+    engine = SafetyEngine(classifier, Thresholds(), ConversationStore(10))
+    seen = [output("a", 500), output("b", 800)]
+    engine.analyze(seen, fast=True)
+    new = output("c", 300)
+    pending = engine.look_up([*seen, new], fast=True)
+    assert pending.missing == [2] and pending.chars_to_score == len(new.text)
+    evidence = engine.complete(pending)
+    assert [e.item_id for e in evidence] == ["a", "b", "c"]
+    assert evidence == engine.analyze([*seen, new], fast=True)
+    # Without the fast path nothing comes from the cache.
+    assert engine.look_up(seen).chars_to_score == sum(len(i.text) for i in seen)
