@@ -6,7 +6,10 @@ Model time is the only simulated time in the stack:
   cache at ``prefill_tokens_per_second``; the tokens of resolved input images
   (``image_tokens``) are prompt tokens too, charged and prefilled, never cached (the
   cache keys rendered text tokens only);
-- decode at ``tokens_per_second``, paced against absolute due times (``pacing``).
+- decode at ``tokens_per_second``, paced against absolute due times (``pacing``): the
+  first token alone, then a delta per ``delta_interval`` (10 ms: 10 tokens a delta at
+  1,000 tokens/s, one a token below 100 tokens/s). Each delta is a message on the
+  stream, which costs the worker (and every hop after it) far more than a token does.
 
 Everything else (deciding the answer, tokenizing it, the cache lookup) is real work,
 reported as ``queue_ms``. The output is tokenized with the model's encoding, so the
@@ -34,6 +37,8 @@ from worker.backends import InvalidRequestError, error_event
 from worker.pacing import Chunk, paced, token_chunks
 from worker.prefix_cache import PrefixCache
 
+DELTA_INTERVAL_S = 0.010
+
 
 class SimulatorBackend:
     def __init__(
@@ -46,11 +51,14 @@ class SimulatorBackend:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         encoding=None,
+        delta_interval: float = DELTA_INTERVAL_S,
     ) -> None:
         if not 0.0 <= error_rate <= 1.0:
             raise ValueError("error_rate must be within 0..1")
         if stall_after_tokens < 0:
             raise ValueError("stall_after_tokens must be >= 0")
+        if delta_interval < 0:
+            raise ValueError("delta_interval must be >= 0")
         self.worker_id = worker_id
         self.cache = cache
         self.error_rate = error_rate
@@ -58,6 +66,7 @@ class SimulatorBackend:
         self._rng = rng or random.Random()
         self._clock = clock
         self._encoding = encoding or harmony_encoding()
+        self.delta_interval = delta_interval
         self.active = 0  # generations in progress (cancellation must bring it back down)
 
     def encode(self, text: str) -> list[int]:
@@ -134,7 +143,13 @@ class SimulatorBackend:
         if stall and stall < len(tokens):
             chunks = _first_tokens(chunks, stall)
         first_delta = last_delta = None
-        async for chunk in paced(chunks, request.tokens_per_second, first_due, clock=self._clock):
+        async for chunk in paced(
+            chunks,
+            request.tokens_per_second,
+            first_due,
+            min_interval=self.delta_interval,
+            clock=self._clock,
+        ):
             last_delta = self._clock()
             if first_delta is None:
                 first_delta = last_delta
