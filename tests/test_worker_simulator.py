@@ -108,7 +108,7 @@ async def test_function_call_stream_has_valid_arguments() -> None:
 async def test_deltas_group_tokens_and_keep_the_text_counts_and_first_token() -> None:
     asked = request([user("Tell me about Zürich cafés ☕ in 120 words")], tps=2000.0)
     per_token = await run(make_backend(delta_interval=0.0), asked)
-    grouped = await run(make_backend(), asked)  # 10 ms: 20 tokens a delta at 2,000 tokens/s
+    grouped = await run(make_backend(delta_interval=0.010), asked)  # 20 tokens a delta
     assert deltas(grouped) == deltas(per_token)
     assert kinds(grouped)[0] == "item_started" and kinds(grouped)[-2:] == ["item_done", "finished"]
     counts = [e.delta.tokens for e in grouped if e.HasField("delta")]

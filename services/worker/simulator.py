@@ -7,9 +7,10 @@ Model time is the only simulated time in the stack:
   (``image_tokens``) are prompt tokens too, charged and prefilled, never cached (the
   cache keys rendered text tokens only);
 - decode at ``tokens_per_second``, paced against absolute due times (``pacing``): the
-  first token alone, then a delta per ``delta_interval`` (10 ms: 10 tokens a delta at
-  1,000 tokens/s, one a token below 100 tokens/s). Each delta is a message on the
-  stream, which costs the worker (and every hop after it) far more than a token does.
+  first token alone, then a delta per ``delta_interval`` (20 ms: 50 a second, about a
+  screen's refresh rate; 20 tokens a delta at 1,000 tokens/s, one a token below 100
+  tokens/s). Each delta is a message on the stream, which costs the worker (and every
+  hop after it) far more than a token does.
 
 Everything else (deciding the answer, tokenizing it, the cache lookup) is real work,
 reported as ``queue_ms``. The output is tokenized with the model's encoding, so the
@@ -37,7 +38,7 @@ from worker.backends import InvalidRequestError, error_event
 from worker.pacing import Chunk, paced, token_chunks
 from worker.prefix_cache import PrefixCache
 
-DELTA_INTERVAL_S = 0.010
+DELTA_INTERVAL_S = 0.020
 
 
 class SimulatorBackend:
