@@ -162,7 +162,8 @@ async def test_real_time_speed_with_min_interval_is_accurate(tps: float) -> None
     async for chunk in paced([Chunk("t", 1)] * count, tps, start, min_interval=0.010):
         arrivals.append((time.monotonic(), chunk.tokens))
     assert sum(tokens for _, tokens in arrivals) == count
-    assert arrivals[0][1] == 1 and arrivals[0][0] - start < 0.05
+    # The first delta is what is due when the pacer wakes at the start, not a group.
+    assert arrivals[0][1] < tps * 0.010 / 2 and arrivals[0][0] - start < 0.05
     achieved = (count - 1) / (arrivals[-1][0] - start)
     assert achieved == pytest.approx(tps, rel=0.15)
     assert len(arrivals) < count / 5
