@@ -6,10 +6,10 @@ late wake-ups (timer granularity, a busy event loop, a slow consumer) cannot mak
 the stream drift. Whatever is due when the pacer wakes goes out as one chunk: at
 4000 tok/s a millisecond timer tick releases several tokens at once.
 
-A fast stream can be made coarser (``min_interval``): after the first token, each
-delta waits until it holds the tokens of ``min_interval`` and leaves when its last
-token is due. Every token still leaves no earlier than due, the first and the last
-exactly on time, so the time to first token and the rate are unchanged; there are
+A stream can be made coarser (``min_tokens``): after the first token, each delta
+waits until it holds ``min_tokens`` tokens (or the rest of the output) and leaves when
+its last token is due. Every token still leaves no earlier than due, the first and the
+last exactly on time, so the time to first token and the rate are unchanged; there are
 only fewer deltas, each costing the stream its own message.
 
 Chunks never split a UTF-8 character: a token that ends inside a multi-byte
@@ -58,7 +58,7 @@ async def paced(
     tokens_per_second: float,
     start: float,
     *,
-    min_interval: float = 0.0,
+    min_tokens: int = 1,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
 ) -> AsyncIterator[Chunk]:
@@ -66,15 +66,13 @@ async def paced(
 
     A chunk is due when its last token is; ``start`` (a ``clock()`` time) is when
     the first token is due. The first delta is what is due at ``start``; each later
-    one holds at least ``min_interval * tokens_per_second`` tokens (whole, at least
-    one), or the rest of the output.
+    one holds at least ``min_tokens`` tokens, or the rest of the output.
     """
     if tokens_per_second <= 0:
         raise ValueError("tokens_per_second must be > 0")
-    if min_interval < 0:
-        raise ValueError("min_interval must be >= 0")
+    if min_tokens < 1:
+        raise ValueError("min_tokens must be >= 1")
     interval = 1.0 / tokens_per_second
-    group = max(1, int(min_interval * tokens_per_second))
     index = 0
     emitted = 0  # tokens already yielded
     while index < len(chunks):
@@ -85,7 +83,7 @@ async def paced(
                 break
             count += chunks[end].tokens
             end += 1
-        wanted = group if emitted else 1
+        wanted = min_tokens if emitted else 1
         if count >= wanted or (count and end == len(chunks)):
             emitted += count
             yield Chunk("".join(chunk.text for chunk in chunks[index:end]), count)

@@ -7,10 +7,13 @@ Model time is the only simulated time in the stack:
   (``image_tokens``) are prompt tokens too, charged and prefilled, never cached (the
   cache keys rendered text tokens only);
 - decode at ``tokens_per_second``, paced against absolute due times (``pacing``): the
-  first token alone, then a delta per ``delta_interval`` (20 ms: 50 a second, about a
-  screen's refresh rate; 20 tokens a delta at 1,000 tokens/s, one a token below 100
-  tokens/s). Each delta is a message on the stream, which costs the worker (and every
-  hop after it) far more than a token does.
+  first token alone, then a delta per ``delta_interval`` of tokens (20 ms: one a token
+  below 100 tokens/s, 20 tokens at 1,000 tokens/s) but at most ``delta_tokens`` (20)
+  tokens. Each delta is a message on the stream, which costs the worker (and every hop
+  after it) far more than a token does. The token cap keeps a fast stream's deltas
+  close together: a message sent after a longer idle reaches the client later (up to a
+  millisecond on a shared machine, 0.1% of a one-second stream), and the last delta,
+  which ends the stream on time, is such a message.
 
 Everything else (deciding the answer, tokenizing it, the cache lookup) is real work,
 reported as ``queue_ms``. The output is tokenized with the model's encoding, so the
@@ -39,6 +42,7 @@ from worker.pacing import Chunk, paced, token_chunks
 from worker.prefix_cache import PrefixCache
 
 DELTA_INTERVAL_S = 0.020
+DELTA_TOKENS = 20
 
 
 class SimulatorBackend:
@@ -53,13 +57,14 @@ class SimulatorBackend:
         clock: Callable[[], float] = time.monotonic,
         encoding=None,
         delta_interval: float = DELTA_INTERVAL_S,
+        delta_tokens: int = DELTA_TOKENS,
     ) -> None:
         if not 0.0 <= error_rate <= 1.0:
             raise ValueError("error_rate must be within 0..1")
         if stall_after_tokens < 0:
             raise ValueError("stall_after_tokens must be >= 0")
-        if delta_interval < 0:
-            raise ValueError("delta_interval must be >= 0")
+        if delta_interval < 0 or delta_tokens < 1:
+            raise ValueError("delta_interval must be >= 0 and delta_tokens >= 1")
         self.worker_id = worker_id
         self.cache = cache
         self.error_rate = error_rate
@@ -68,6 +73,7 @@ class SimulatorBackend:
         self._clock = clock
         self._encoding = encoding or harmony_encoding()
         self.delta_interval = delta_interval
+        self.delta_tokens = delta_tokens
         self.active = 0  # generations in progress (cancellation must bring it back down)
 
     def encode(self, text: str) -> list[int]:
@@ -78,6 +84,10 @@ class SimulatorBackend:
 
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
+
+    def _tokens_per_delta(self, tokens_per_second: float) -> int:
+        """The tokens of ``delta_interval``, whole, from one to ``delta_tokens``."""
+        return max(1, min(int(self.delta_interval * tokens_per_second), self.delta_tokens))
 
     async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateEvent]:
         received = self._clock()
@@ -148,7 +158,7 @@ class SimulatorBackend:
             chunks,
             request.tokens_per_second,
             first_due,
-            min_interval=self.delta_interval,
+            min_tokens=self._tokens_per_delta(request.tokens_per_second),
             clock=self._clock,
         ):
             last_delta = self._clock()
