@@ -113,3 +113,66 @@ async def test_real_time_speed_is_accurate(tps: float) -> None:
     achieved = (count - 1) / (last - start)
     assert achieved == pytest.approx(tps, rel=0.15)
     assert first - start < 0.05
+
+
+async def test_min_tokens_groups_tokens_each_delta_at_its_last_tokens_due_time() -> None:
+    fake = FakeTime()
+    chunks = [Chunk(str(i % 10), 1) for i in range(18)]
+    out = await collect_every(chunks, 1000.0, fake, min_tokens=10)
+    # The first token alone (the time to first token), then 10 tokens, then the rest.
+    assert [c.tokens for _, c in out] == [1, 10, 7]
+    assert [round((t - 100.0) * 1000, 6) for t, _ in out] == [0.0, 10.0, 17.0]
+    assert "".join(c.text for _, c in out) == "".join(c.text for c in chunks)
+
+
+async def test_min_tokens_keeps_every_token_on_or_after_its_due_time_and_the_rate() -> None:
+    fake = FakeTime(lag=0.0003)  # late wake-ups on top of the grouping
+    chunks = [Chunk("ab", 3), *(Chunk("x", 1) for _ in range(40)), Chunk("é", 2)]
+    out = await collect_every(chunks, 1000.0, fake, min_tokens=4)
+    assert "".join(c.text for _, c in out) == "ab" + "x" * 40 + "é"
+    assert sum(c.tokens for _, c in out) == 45
+    assert out[0][1].tokens == 3  # the first chunk: what is due at start
+    emitted = 0
+    for at, chunk in out:
+        emitted += chunk.tokens
+        assert 100.0 + (emitted - 1) * 0.001 <= at + 1e-9  # never early
+        if chunk is not out[0][1]:
+            assert chunk.tokens >= 4 or emitted == 45  # a group, or the rest
+    assert out[-1][0] - 100.0 == pytest.approx(0.044, abs=0.0004)  # the last token on time
+
+
+async def test_one_token_per_delta_is_the_default() -> None:
+    chunks = [Chunk(str(i), 1) for i in range(5)]
+    plain, grouped = FakeTime(), FakeTime()
+    assert await collect(chunks, 65.0, plain, start=plain.now) == await collect_every(
+        chunks, 65.0, grouped, min_tokens=1
+    )
+
+
+async def test_rejects_fewer_than_one_token_per_delta() -> None:
+    with pytest.raises(ValueError):
+        await collect_every([Chunk("x", 1)], 10.0, FakeTime(), min_tokens=0)
+
+
+@pytest.mark.parametrize("tps", [1000.0, 4000.0])
+async def test_real_time_speed_with_several_tokens_per_delta_is_accurate(tps: float) -> None:
+    count = int(tps * 1.2) + 1
+    start = time.monotonic() + 0.01
+    arrivals = []
+    async for chunk in paced([Chunk("t", 1)] * count, tps, start, min_tokens=10):
+        arrivals.append((time.monotonic(), chunk.tokens))
+    assert sum(tokens for _, tokens in arrivals) == count
+    # The first delta is what is due when the pacer wakes at the start, not a group.
+    assert arrivals[0][1] < 5 and arrivals[0][0] - start < 0.05
+    achieved = (count - 1) / (arrivals[-1][0] - start)
+    assert achieved == pytest.approx(tps, rel=0.15)
+    assert len(arrivals) < count / 5
+
+
+async def collect_every(chunks, tps, fake: FakeTime, *, min_tokens: int):
+    out = []
+    async for chunk in paced(
+        chunks, tps, fake.now, min_tokens=min_tokens, clock=fake.clock, sleep=fake.sleep
+    ):
+        out.append((fake.now, chunk))
+    return out

@@ -105,6 +105,27 @@ async def test_function_call_stream_has_valid_arguments() -> None:
     assert events[-1].finished.finish_reason == "tool_calls"
 
 
+async def test_deltas_group_tokens_and_keep_the_text_counts_and_first_token() -> None:
+    asked = request([user("Tell me about Zürich cafés ☕ in 120 words")], tps=2000.0)
+    per_token = await run(make_backend(delta_tokens=1), asked)
+    grouped = await run(make_backend(delta_interval=0.005), asked)  # 10 tokens a delta
+    assert deltas(grouped) == deltas(per_token)
+    assert kinds(grouped)[0] == "item_started" and kinds(grouped)[-2:] == ["item_done", "finished"]
+    counts = [e.delta.tokens for e in grouped if e.HasField("delta")]
+    assert counts[0] == 1  # the first token leaves alone, at the time to first token
+    assert all(count >= 10 for count in counts[1:-1])
+    assert len(counts) < sum(counts) / 5
+    usage = [e.finished.usage for e in (per_token[-1], grouped[-1])]
+    assert usage[0].output_tokens == usage[1].output_tokens == sum(counts)
+
+
+@pytest.mark.parametrize(
+    ("tps", "tokens"), [(20.0, 1), (65.0, 1), (150.0, 3), (1000.0, 20), (4000.0, 20)]
+)
+def test_tokens_per_delta_are_the_tokens_of_20_ms_at_most_20(tps: float, tokens: int) -> None:
+    assert make_backend()._tokens_per_delta(tps) == tokens
+
+
 async def test_answer_after_tool_output() -> None:
     items = [
         user("Weather in Oslo?"),
@@ -251,3 +272,7 @@ def test_invalid_knobs() -> None:
         make_backend(error_rate=1.5)
     with pytest.raises(ValueError):
         make_backend(stall_after_tokens=-1)
+    with pytest.raises(ValueError):
+        make_backend(delta_interval=-0.01)
+    with pytest.raises(ValueError):
+        make_backend(delta_tokens=0)

@@ -1,5 +1,6 @@
-"""Worker (CPU simulator) over gRPC: pacing accuracy of the token stream, and time to
-first token with and without a prefix-cache hit."""
+"""Worker (CPU simulator) over gRPC: pacing accuracy of the token stream, time to first
+token with and without a prefix-cache hit, and the worker's CPU per turn of the agent
+loop."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from turnpike.grpc_client import insecure_channel
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.inference.v1 import inference_pb2_grpc
 
+from bench.loop.direct import build_plan
+from bench.loop.rollout import Rollout, repo_corpus
+from bench.loop.stack import cpu_seconds, pids_listening
 from bench.services.common import (
     Context,
     Report,
@@ -37,6 +41,10 @@ QUICK_RATES = ((65, 20, 1), (1000, 200, 1), (4000, 400, 1))
 PROMPTS = ((1024, 5), (8192, 5), (32768, 5))
 QUICK_PROMPTS = ((1024, 1), (4096, 1))
 VOCAB = 199_000  # random prompt tokens are drawn below this id
+# (rollouts, turns each) of the agent loop's own requests, as the gateway sends them; each
+# rollout has instructions of its own, so it starts on a cold prefix cache.
+LOOP = (4, 25)
+QUICK_LOOP = (1, 4)
 
 # The gateway names the backend from the router's model config; older stubs lack the field.
 _BACKEND = (
@@ -111,6 +119,42 @@ def prompt(rng: random.Random, size: int) -> list[int]:
     return [rng.randrange(1, VOCAB) for _ in range(size)]
 
 
+async def loop_cpu(
+    stub: inference_pb2_grpc.InferenceStub, address: str, rollouts: int, turns: int
+) -> dict | None:
+    """The worker process's CPU (Linux ``/proc``) per turn of the agent loop: each
+    rollout's requests one after the other, at the model's own speeds. None where the
+    process cannot be found."""
+    pid = pids_listening({int(address.rsplit(":", 1)[1]): "worker"}).get("worker")
+    if pid is None:
+        return None
+    corpus = repo_corpus()
+    plans = [
+        build_plan(Rollout(f"worker-cpu-{i}", corpus, turns=turns), MODEL) for i in range(rollouts)
+    ]
+    requests = [request for plan in plans for request in plan.requests]
+    tokens = deltas = 0
+    before = cpu_seconds(pid)
+    for request in requests:
+        stream = await generate(stub, request)
+        tokens += stream.tokens
+        deltas += len(stream.deltas)
+    after = cpu_seconds(pid)
+    if before is None or after is None:
+        return None
+    cpu_ms = (after - before) * 1000
+    return {
+        "rollouts": rollouts,
+        "turns": len(requests),
+        "tokens_per_second": requests[0].tokens_per_second,
+        "output_tokens_per_turn": round(tokens / len(requests), 1),
+        "deltas_per_turn": round(deltas / len(requests), 2),
+        "cpu_ms": round(cpu_ms, 1),
+        "cpu_ms_per_turn": round(cpu_ms / len(requests), 2),
+        "cpu_us_per_output_token": round(cpu_ms * 1000 / tokens, 1),
+    }
+
+
 async def run(ctx: Context) -> Report:
     began = time.monotonic()
     rng = random.Random(11)
@@ -180,10 +224,19 @@ async def run(ctx: Context) -> Report:
                 f"(model {point['miss_model_ttft_ms']}), hit {ms(point['hit_client_ttft_ms'])} ms "
                 f"(model {point['hit_model_ttft_ms']}, {cached['hit']} cached)"
             )
-    return _report(ctx, pacing, ttft, time.monotonic() - began)
+
+        cpu = await loop_cpu(stub, ctx.addresses["worker-1"], *ctx.pick(LOOP, QUICK_LOOP))
+        if cpu is not None:
+            log(
+                f"worker cpu per agent-loop turn: {cpu['cpu_ms_per_turn']} ms over "
+                f"{cpu['turns']} turns ({cpu['deltas_per_turn']} deltas a turn)"
+            )
+    return _report(ctx, pacing, ttft, cpu, time.monotonic() - began)
 
 
-def _report(ctx: Context, pacing: list[dict], ttft: list[dict], duration: float) -> Report:
+def _report(
+    ctx: Context, pacing: list[dict], ttft: list[dict], cpu: dict | None, duration: float
+) -> Report:
     derived: dict = {}
     for p in pacing:
         derived[f"pacing_client_ratio_at_{p['configured_tokens_per_s']}"] = p["client_ratio"]
@@ -200,6 +253,10 @@ def _report(ctx: Context, pacing: list[dict], ttft: list[dict], duration: float)
     derived["ttft_overhead_ms_median_over_sizes"] = round(
         statistics.median(p[f"{c}_overhead_ms"] for p in ttft for c in ("miss", "hit")), 2
     )
+    if cpu is not None:
+        derived["loop_cpu_ms_per_turn"] = cpu["cpu_ms_per_turn"]
+        derived["loop_cpu_us_per_output_token"] = cpu["cpu_us_per_output_token"]
+        derived["loop_deltas_per_turn"] = cpu["deltas_per_turn"]
 
     ratios = ", ".join(f"{p['client_ratio']:.3f} at {p['configured_tokens_per_s']}" for p in pacing)
     speedup = largest["miss_client_ttft_ms"]["median"] / largest["hit_client_ttft_ms"]["median"]
@@ -212,6 +269,12 @@ def _report(ctx: Context, pacing: list[dict], ttft: list[dict], duration: float)
         f"simulated model time is {derived['ttft_overhead_ms_median_over_sizes']:.1f} ms (median "
         "over all points).",
     ]
+    if cpu is not None:
+        headline.append(
+            f"CPU of the worker process per agent-loop turn at {cpu['tokens_per_second']:,.0f} "
+            f"tokens/s: {cpu['cpu_ms_per_turn']:.2f} ms ({cpu['output_tokens_per_turn']:g} "
+            f"output tokens in {cpu['deltas_per_turn']:g} deltas a turn)."
+        )
     pacing_table = Table(
         "Pacing: achieved vs configured decode speed",
         [
@@ -271,6 +334,37 @@ def _report(ctx: Context, pacing: list[dict], ttft: list[dict], duration: float)
         f"{PREFILL_TPS:,.0f} tokens/s. Client = send to first delta at the gRPC client; "
         "worker = the worker-reported `ttft_ms` (receipt to first delta).",
     )
+    tables = [pacing_table, ttft_table]
+    if cpu is not None:
+        tables.append(
+            Table(
+                "CPU of the worker process per agent-loop turn",
+                [
+                    "rollouts",
+                    "turns",
+                    "tokens/s",
+                    "output tokens a turn",
+                    "deltas a turn",
+                    "CPU ms a turn",
+                    "CPU µs per output token",
+                ],
+                [
+                    [
+                        cpu["rollouts"],
+                        cpu["turns"],
+                        f"{cpu['tokens_per_second']:,.0f}",
+                        cpu["output_tokens_per_turn"],
+                        cpu["deltas_per_turn"],
+                        f"{cpu['cpu_ms_per_turn']:.2f}",
+                        f"{cpu['cpu_us_per_output_token']:.0f}",
+                    ]
+                ],
+                "The agent loop's requests (`bench/loop/direct.py`: as the gateway builds them, "
+                "history growing each turn), one turn after the other; CPU = user + system time "
+                "of the worker process from `/proc`, in 10 ms ticks, over all turns.",
+                text_columns=0,
+            )
+        )
     plot = "worker_ttft.png"
     sizes = [p["prompt_tokens"] for p in ttft]
     line_plot(
@@ -287,12 +381,13 @@ def _report(ctx: Context, pacing: list[dict], ttft: list[dict], duration: float)
     )
     return Report(
         service="worker",
-        title="Worker: pacing accuracy and time to first token",
+        title="Worker: pacing accuracy, time to first token and CPU per agent-loop turn",
         summary=(
             "A `python -m worker` process (the CPU simulator) called over gRPC, one stream at "
             "a time. Pacing: answers cut to a fixed number of tokens by `max_output_tokens`, "
             "decoded at the configured speed. Time to first token: a fresh random prompt "
-            "(every block a cache miss), then the same prompt again (a prefix-cache hit)."
+            "(every block a cache miss), then the same prompt again (a prefix-cache hit). CPU: "
+            "the agent loop's requests replayed turn by turn."
         ),
         params={
             "model": MODEL,
@@ -300,12 +395,14 @@ def _report(ctx: Context, pacing: list[dict], ttft: list[dict], duration: float)
             "prefill_tokens_per_s": PREFILL_TPS,
             "rates": [list(r) for r in ctx.pick(RATES, QUICK_RATES)],
             "prompts": [list(p) for p in ctx.pick(PROMPTS, QUICK_PROMPTS)],
+            "loop": list(ctx.pick(LOOP, QUICK_LOOP)),
         },
         measurements=[{"kind": "pacing", **p} for p in pacing]
-        + [{"kind": "ttft", **p} for p in ttft],
+        + [{"kind": "ttft", **p} for p in ttft]
+        + ([{"kind": "loop_cpu", **cpu}] if cpu is not None else []),
         derived=derived,
         headline=headline,
-        tables=[pacing_table, ttft_table],
+        tables=tables,
         plots=[plot],
         duration_s=duration,
     )

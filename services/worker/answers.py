@@ -15,6 +15,7 @@ It reads the structured conversation, like a model would:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -132,17 +133,22 @@ def choose_tool(
     named = [t for t in tools if t.name == choice]
     if named:
         return named[0]
-    asked = {w.lower() for w in content_words(user_text)}
-    asked |= {w[:-1] for w in asked if w.endswith("s")}  # "files" matches "file"
-
-    def score(tool: conversation_pb2.Tool) -> int:
-        words = set(name_words(tool.name)) | {w.lower() for w in content_words(tool.description)}
-        words |= {w[:-1] for w in words if w.endswith("s")}
-        return len(words & asked)
-
-    scores = [score(t) for t in tools]
+    asked = _with_singulars({w.lower() for w in content_words(user_text)})
+    scores = [len(tool_words(t.name, t.description) & asked) for t in tools]
     best = [t for t, s in zip(tools, scores, strict=True) if s == max(scores)]
     return best[stable_rng(seed, "tool", user_text).randrange(len(best))]
+
+
+# Clients re-send the same tools with every request: their words are read once.
+@functools.lru_cache(maxsize=1024)
+def tool_words(name: str, description: str) -> frozenset[str]:
+    """The words a tool's name and description match a request by."""
+    words = set(name_words(name)) | {w.lower() for w in content_words(description)}
+    return frozenset(_with_singulars(words))
+
+
+def _with_singulars(words: set[str]) -> set[str]:
+    return words | {w[:-1] for w in words if w.endswith("s")}  # "files" matches "file"
 
 
 def tool_arguments(tool: conversation_pb2.Tool, user_text: str, seed: int) -> str:

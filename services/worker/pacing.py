@@ -6,6 +6,12 @@ late wake-ups (timer granularity, a busy event loop, a slow consumer) cannot mak
 the stream drift. Whatever is due when the pacer wakes goes out as one chunk: at
 4000 tok/s a millisecond timer tick releases several tokens at once.
 
+A stream can be made coarser (``min_tokens``): after the first token, each delta
+waits until it holds ``min_tokens`` tokens (or the rest of the output) and leaves when
+its last token is due. Every token still leaves no earlier than due, the first and the
+last exactly on time, so the time to first token and the rate are unchanged; there are
+only fewer deltas, each costing the stream its own message.
+
 Chunks never split a UTF-8 character: a token that ends inside a multi-byte
 character is grouped with the tokens that complete it (see :func:`token_chunks`).
 """
@@ -52,33 +58,41 @@ async def paced(
     tokens_per_second: float,
     start: float,
     *,
+    min_tokens: int = 1,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
 ) -> AsyncIterator[Chunk]:
     """Yield ``chunks`` merged into what is due, each at its absolute due time.
 
     A chunk is due when its last token is; ``start`` (a ``clock()`` time) is when
-    the first token is due.
+    the first token is due. The first delta is what is due at ``start``; each later
+    one holds at least ``min_tokens`` tokens, or the rest of the output.
     """
     if tokens_per_second <= 0:
         raise ValueError("tokens_per_second must be > 0")
+    if min_tokens < 1:
+        raise ValueError("min_tokens must be >= 1")
     interval = 1.0 / tokens_per_second
     index = 0
     emitted = 0  # tokens already yielded
     while index < len(chunks):
         now = clock()
-        texts: list[str] = []
-        count = 0
-        due = start
-        while index < len(chunks):
-            due = start + (emitted + count + chunks[index].tokens - 1) * interval
-            if due > now:
+        end, count = index, 0  # chunks[index:end] are due, with `count` tokens
+        while end < len(chunks):
+            if start + (emitted + count + chunks[end].tokens - 1) * interval > now:
                 break
-            texts.append(chunks[index].text)
-            count += chunks[index].tokens
-            index += 1
-        if count:
+            count += chunks[end].tokens
+            end += 1
+        wanted = min_tokens if emitted else 1
+        if count >= wanted or (count and end == len(chunks)):
             emitted += count
-            yield Chunk("".join(texts), count)
-        else:
-            await sleep(due - now)
+            yield Chunk("".join(chunk.text for chunk in chunks[index:end]), count)
+            index = end
+            continue
+        # Sleep until the chunk that completes the delta is due.
+        last = end
+        count += chunks[last].tokens
+        while count < wanted and last + 1 < len(chunks):
+            last += 1
+            count += chunks[last].tokens
+        await sleep(start + (emitted + count - 1) * interval - now)

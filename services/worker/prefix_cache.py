@@ -1,9 +1,8 @@
 """A worker's prefix KV cache, modelled at block granularity (no tensors, only keys).
 
-The prompt is cut into fixed blocks of ``block_size`` tokens. Each block's key hashes
-the previous block's key with its own tokens, so one key identifies the whole prefix
-up to that block (as in paged-attention prefix caching). A request's cached tokens
-are the longest run of leading blocks present; only full blocks are cached.
+The prompt is cut into fixed blocks of ``block_size`` tokens, each with a key that
+identifies the whole prefix up to it (``block_keys``). A request's cached tokens are
+the longest run of leading blocks present; only full blocks are cached.
 
 Eviction is least-recently-used over blocks, bounded by ``capacity_tokens``. Blocks of
 a prefix are touched from the deepest to the first, so a shared head (system prompt,
@@ -13,10 +12,10 @@ a head first would strand its descendants, which could never match again.
 
 from __future__ import annotations
 
-import hashlib
-from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
+
+from worker.block_keys import BlockKeys
 
 BLOCK_SIZE = 64
 
@@ -27,6 +26,7 @@ class PrefixCache:
             raise ValueError("block_size must be >= 1 and capacity_tokens >= 0")
         self.block_size = block_size
         self.capacity_blocks = capacity_tokens // block_size
+        self._keys = BlockKeys(block_size)
         self._blocks: OrderedDict[bytes, None] = OrderedDict()
 
     @property
@@ -37,15 +37,7 @@ class PrefixCache:
     def block_keys(self, tokens: Sequence[int], namespace: str = "") -> list[bytes]:
         """Chained keys of every full block of ``tokens``. ``namespace`` (the model)
         separates caches of different models that share a vocabulary."""
-        raw = array("I", tokens)
-        step = self.block_size * raw.itemsize
-        data = raw.tobytes()
-        key = hashlib.blake2b(namespace.encode(), digest_size=16).digest()
-        keys = []
-        for start in range(0, len(raw) // self.block_size * step, step):
-            key = hashlib.blake2b(key + data[start : start + step], digest_size=16).digest()
-            keys.append(key)
-        return keys
+        return self._keys(tokens, namespace)
 
     def _leading_hits(self, keys: Sequence[bytes]) -> int:
         hit = 0

@@ -6,7 +6,14 @@ Model time is the only simulated time in the stack:
   cache at ``prefill_tokens_per_second``; the tokens of resolved input images
   (``image_tokens``) are prompt tokens too, charged and prefilled, never cached (the
   cache keys rendered text tokens only);
-- decode at ``tokens_per_second``, paced against absolute due times (``pacing``).
+- decode at ``tokens_per_second``, paced against absolute due times (``pacing``): the
+  first token alone, then a delta per ``delta_interval`` of tokens (20 ms: one a token
+  below 100 tokens/s, 20 tokens at 1,000 tokens/s) but at most ``delta_tokens`` (20)
+  tokens. Each delta is a message on the stream, which costs the worker (and every hop
+  after it) far more than a token does. The token cap keeps a fast stream's deltas
+  close together: a message sent after a longer idle reaches the client later (up to a
+  millisecond on a shared machine, 0.1% of a one-second stream), and the last delta,
+  which ends the stream on time, is such a message.
 
 Everything else (deciding the answer, tokenizing it, the cache lookup) is real work,
 reported as ``queue_ms``. The output is tokenized with the model's encoding, so the
@@ -34,6 +41,9 @@ from worker.backends import InvalidRequestError, error_event
 from worker.pacing import Chunk, paced, token_chunks
 from worker.prefix_cache import PrefixCache
 
+DELTA_INTERVAL_S = 0.020
+DELTA_TOKENS = 20
+
 
 class SimulatorBackend:
     def __init__(
@@ -46,11 +56,15 @@ class SimulatorBackend:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         encoding=None,
+        delta_interval: float = DELTA_INTERVAL_S,
+        delta_tokens: int = DELTA_TOKENS,
     ) -> None:
         if not 0.0 <= error_rate <= 1.0:
             raise ValueError("error_rate must be within 0..1")
         if stall_after_tokens < 0:
             raise ValueError("stall_after_tokens must be >= 0")
+        if delta_interval < 0 or delta_tokens < 1:
+            raise ValueError("delta_interval must be >= 0 and delta_tokens >= 1")
         self.worker_id = worker_id
         self.cache = cache
         self.error_rate = error_rate
@@ -58,6 +72,8 @@ class SimulatorBackend:
         self._rng = rng or random.Random()
         self._clock = clock
         self._encoding = encoding or harmony_encoding()
+        self.delta_interval = delta_interval
+        self.delta_tokens = delta_tokens
         self.active = 0  # generations in progress (cancellation must bring it back down)
 
     def encode(self, text: str) -> list[int]:
@@ -68,6 +84,10 @@ class SimulatorBackend:
 
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
+
+    def _tokens_per_delta(self, tokens_per_second: float) -> int:
+        """The tokens of ``delta_interval``, whole, from one to ``delta_tokens``."""
+        return max(1, min(int(self.delta_interval * tokens_per_second), self.delta_tokens))
 
     async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateEvent]:
         received = self._clock()
@@ -134,7 +154,13 @@ class SimulatorBackend:
         if stall and stall < len(tokens):
             chunks = _first_tokens(chunks, stall)
         first_delta = last_delta = None
-        async for chunk in paced(chunks, request.tokens_per_second, first_due, clock=self._clock):
+        async for chunk in paced(
+            chunks,
+            request.tokens_per_second,
+            first_due,
+            min_tokens=self._tokens_per_delta(request.tokens_per_second),
+            clock=self._clock,
+        ):
             last_delta = self._clock()
             if first_delta is None:
                 first_delta = last_delta

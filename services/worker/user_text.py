@@ -27,6 +27,7 @@ STOPWORDS = frozenset(
 )
 
 _WORD = re.compile(r"[^\W\d_][\w'-]*")
+_CONTRACTION = re.compile(r"(n't|'s|'re|'ve|'ll|'d|'m)$", re.IGNORECASE)
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
 _URL = re.compile(r"https?://[^\s\"'<>)]+")
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
@@ -119,7 +120,7 @@ def content_words(text: str) -> list[str]:
     """Distinct words of ``text`` that carry meaning, in order of appearance."""
     seen: dict[str, str] = {}
     for raw in _WORD.findall(text):
-        word = re.sub(r"(n't|'s|'re|'ve|'ll|'d|'m)$", "", raw.strip("'-"), flags=re.IGNORECASE)
+        word = _CONTRACTION.sub("", raw.strip("'-"))
         key = word.lower()
         if len(key) >= 3 and key not in STOPWORDS and key not in seen:
             seen[key] = word
