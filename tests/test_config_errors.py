@@ -111,6 +111,8 @@ def test_every_service_exits_2_naming_a_bad_port(service):
         ("gateway", "TURNPIKE_API_KEYS", "sk-without-tenant"),
         ("gateway", "TURNPIKE_ROUTER_ADDR", "router"),
         ("router", "TURNPIKE_WORKERS", "worker-1"),
+        ("worker", "TURNPIKE_WORKER_DELTA_INTERVAL_MS", "-5"),
+        ("worker", "TURNPIKE_WORKER_DELTA_MAX_TOKENS", "0"),
         ("router", "TURNPIKE_MODELS_FILE", "/nonexistent/models.json"),
         ("safety", "TURNPIKE_SAFETY_FLAG_THRESHOLD", "high"),
         ("billing", "TURNPIKE_SHUTDOWN_GRACE_S", "soon"),

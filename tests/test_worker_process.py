@@ -134,3 +134,24 @@ async def test_stall_knob_hangs_a_stream_and_shutdown_still_ends_it(start_worker
 async def test_bad_configuration_exits_with_message(start_worker) -> None:
     proc, _ = start_worker(TURNPIKE_WORKER_ERROR_RATE="2")
     assert await asyncio.to_thread(proc.wait, 30) == 2
+
+
+@pytest.mark.parametrize(("interval_ms", "per_token"), [("0", True), ("20", False)])
+async def test_the_stream_interval_is_a_setting(start_worker, interval_ms, per_token) -> None:
+    """TURNPIKE_WORKER_DELTA_INTERVAL_MS=0 streams every token as it is due; the default
+    groups the tokens of 20 ms (at most 20) after the first, alone."""
+    _, address = start_worker(TURNPIKE_WORKER_DELTA_INTERVAL_MS=interval_ms)
+    assert await wait_healthy(address, timeout=30, service=SERVICE_NAME)
+    long_answer = [cv.Item(kind=cv.Item.MESSAGE, role="user", text="A story in 120 words")]
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = inference_pb2_grpc.InferenceStub(channel)
+        events = [e async for e in stub.Generate(request(tps=1000.0, items=long_answer))]
+    deltas = [e.delta for e in events if e.HasField("delta")]
+    tokens = events[-1].finished.usage.output_tokens
+    assert sum(d.tokens for d in deltas) == tokens > 100 and deltas[0].tokens == 1
+    if per_token:
+        assert len(deltas) > tokens / 3  # a late wake-up may find two or three due
+    else:
+        # At most 20 a delta, but a token that ends inside a character goes with the
+        # tokens that complete it.
+        assert len(deltas) <= 2 + tokens / 20 and max(d.tokens for d in deltas) <= 22

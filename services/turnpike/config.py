@@ -354,6 +354,16 @@ class WorkerSettings:
     stall_after_tokens: int = field(
         default_factory=lambda: env_int("TURNPIKE_WORKER_STALL_AFTER_TOKENS", 0)
     )
+    # The simulator's stream interval: after the first token (always alone), one delta
+    # per this many ms of decode, at most DELTA_MAX_TOKENS tokens. 0 sends every token as
+    # it is due. Serving stacks do the same to cut per-message cost (vLLM's and
+    # TensorRT-LLM's stream interval); the time to first token and the rate are unchanged.
+    delta_interval_ms: float = field(
+        default_factory=lambda: env_float("TURNPIKE_WORKER_DELTA_INTERVAL_MS", 20.0)
+    )
+    delta_max_tokens: int = field(
+        default_factory=lambda: env_int("TURNPIKE_WORKER_DELTA_MAX_TOKENS", 20)
+    )
     # The Cerebras backend exists only when a key is set. Both names are the Cerebras
     # SDK's own; an empty base URL means the SDK's default (the public API).
     cerebras_api_key: str = field(
@@ -389,6 +399,16 @@ class WorkerSettings:
     openai_compat_timeout_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_OPENAI_COMPAT_TIMEOUT_S", 60.0)
     )
+
+    def __post_init__(self) -> None:
+        if self.delta_interval_ms < 0:
+            raise ConfigError.invalid(
+                "TURNPIKE_WORKER_DELTA_INTERVAL_MS", str(self.delta_interval_ms), "must be >= 0"
+            )
+        if self.delta_max_tokens < 1:
+            raise ConfigError.invalid(
+                "TURNPIKE_WORKER_DELTA_MAX_TOKENS", str(self.delta_max_tokens), "must be >= 1"
+            )
 
 
 @dataclass(frozen=True)

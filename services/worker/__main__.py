@@ -34,6 +34,8 @@ def main() -> None:
             error_rate=settings.error_rate,
             stall_after_tokens=settings.stall_after_tokens,
             encoding=harmony_encoding(),  # load the vocabulary before serving
+            delta_interval=settings.delta_interval_ms / 1000,
+            delta_tokens=settings.delta_max_tokens,
         )
         cerebras = CerebrasBackend.from_settings(settings)
         openai_compatible = OpenAICompatibleBackend.from_settings(settings)
