@@ -15,6 +15,7 @@ import grpc
 import pytest
 from PIL import Image
 from support.procs import free_port, start_service
+from turnpike import token_bytes
 from turnpike.conversation.v1 import conversation_pb2
 from turnpike.grpc_client import insecure_channel, wait_healthy
 from turnpike.imageres.v1 import imageres_pb2, imageres_pb2_grpc
@@ -114,7 +115,7 @@ def generate_request(request_id: str = "resp_1", images: int = 1) -> inference_p
     return inference_pb2.GenerateRequest(
         request_id=request_id,
         model="turnpike-sim",
-        prompt_tokens=[1, 2, 3],
+        prompt=token_bytes.pack([1, 2, 3]),
         items=[
             conversation_pb2.Item(
                 kind=conversation_pb2.Item.MESSAGE,

@@ -5,6 +5,7 @@ import random
 from array import array
 
 import pytest
+from turnpike import token_bytes
 from turnpike.inference.v1 import inference_pb2 as pb
 from worker.block_keys import BlockKeys
 
@@ -97,9 +98,10 @@ def test_remembers_a_bounded_number_of_prompts() -> None:
 def test_takes_the_tokens_of_a_request_as_they_arrive() -> None:
     prompt = list(range(1000, 1300))
     request = pb.GenerateRequest.FromString(
-        pb.GenerateRequest(prompt_tokens=prompt).SerializeToString()
+        pb.GenerateRequest(prompt=token_bytes.pack(prompt)).SerializeToString()
     )
-    assert BlockKeys(64)(request.prompt_tokens, "m") == chained_keys(prompt, "m", 64)
+    tokens = token_bytes.unpack(request.prompt)
+    assert BlockKeys(64)(tokens, "m") == chained_keys(prompt, "m", 64)
 
 
 def test_invalid_settings() -> None:

@@ -21,6 +21,7 @@ from support.chat_completions_fake import ChatCompletionsFake
 from support.inference_items import LOOKUP, call, kinds, message, output, request, text_of
 from support.procs import free_port
 from support.tools import WEATHER_PROTO_TOOL, WEATHER_SCHEMA
+from turnpike import token_bytes
 from turnpike.backend_names import CEREBRAS, OPENAI_COMPATIBLE
 from turnpike.config import WorkerSettings
 from turnpike.grpc_client import wait_healthy
@@ -196,7 +197,9 @@ async def test_length_finish_and_missing_usage(fake, make_backend) -> None:
     backend = make_backend()
     events = await run(backend, request("fake-length"))
     assert events[-1].finished.finish_reason == "length"
-    events = await run(backend, request("fake-no-usage", prompt_tokens=range(90), image_tokens=10))
+    events = await run(
+        backend, request("fake-no-usage", prompt=token_bytes.pack(range(90)), image_tokens=10)
+    )
     usage = events[-1].finished.usage
     assert (usage.input_tokens, usage.output_tokens) == (100, 3)
 
@@ -416,7 +419,7 @@ async def test_worker_process_serves_both_chat_backends(servers, start_worker) -
     sim = request(
         "turnpike-sim",
         backend="simulator",
-        prompt_tokens=range(10),
+        prompt=token_bytes.pack(range(10)),
         tokens_per_second=5000.0,
         prefill_tokens_per_second=100_000.0,
     )

@@ -10,6 +10,7 @@ import subprocess
 import grpc
 import jsonschema
 import pytest
+from turnpike import token_bytes
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.grpc_client import wait_healthy
 from turnpike.inference.v1 import inference_pb2 as pb
@@ -28,7 +29,7 @@ def request(tps: float = 2000.0, **kwargs) -> pb.GenerateRequest:
     fields = {
         "request_id": "resp_proc",
         "model": "turnpike-sim",
-        "prompt_tokens": list(range(500)),
+        "prompt": token_bytes.pack(range(500)),
         "items": [cv.Item(kind=cv.Item.MESSAGE, role="user", text="List the files in src/app")],
         "sampling": pb.SamplingParams(seed=4),
         "tokens_per_second": tps,

@@ -7,6 +7,7 @@ import random
 import jsonschema
 import pytest
 from support.tools import WEATHER_PROTO_TOOL, WEATHER_SCHEMA
+from turnpike import token_bytes
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.inference.v1 import inference_pb2 as pb
 from worker.backends import InvalidRequestError
@@ -34,7 +35,7 @@ def request(
     return pb.GenerateRequest(
         request_id="resp_1",
         model=model,
-        prompt_tokens=list(prompt),
+        prompt=token_bytes.pack(prompt),
         items=items if items is not None else [user("Tell me about Zürich cafés ☕")],
         tools=list(tools),
         tool_choice=tool_choice,

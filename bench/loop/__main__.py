@@ -23,6 +23,7 @@ from typing import Any
 import grpc
 from openai import AsyncOpenAI
 from router.registry import ModelRegistry, load_models
+from turnpike import token_bytes
 
 from bench.loop import analysis, report
 from bench.loop.concurrency import LoadParams, run_load
@@ -176,7 +177,7 @@ class Runner:
             plan = build_plan(rollout, model)  # before the clock starts
             first = plan.requests[0]
             address = await route(
-                self.target.router, model, rollout.run_id, len(first.prompt_tokens)
+                self.target.router, model, rollout.run_id, token_bytes.count(first.prompt)
             )
             return DirectSession(address, plan)
         if variant == CONNECTION:

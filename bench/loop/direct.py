@@ -20,6 +20,7 @@ from gateway.items import normalize_input, to_proto
 from gateway.request import parse_create
 from router.registry import ModelRegistry, load_models
 from tokenizer.render import Renderer
+from turnpike import token_bytes
 from turnpike.inference.v1 import inference_pb2
 from turnpike.router.v1 import router_pb2, router_pb2_grpc
 from worker.answers import FunctionCallAnswer, plan_answer
@@ -66,7 +67,7 @@ def build_plan(rollout: Rollout, model: str) -> DirectPlan:
             inference_pb2.GenerateRequest(
                 request_id=f"{rollout.run_id}-turn{turn}",
                 model=entry.id,
-                prompt_tokens=tokens + render.completion_prompt,
+                prompt=token_bytes.pack(tokens + render.completion_prompt),
                 instructions=rollout.instructions,
                 items=items,
                 tools=tools,

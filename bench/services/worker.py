@@ -9,6 +9,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from turnpike import token_bytes
 from turnpike.conversation.v1.conversation_pb2 import Item
 from turnpike.grpc_client import insecure_channel
 from turnpike.inference.v1 import inference_pb2 as pb
@@ -90,7 +91,7 @@ def request(
     return pb.GenerateRequest(
         request_id="resp_bench",
         model=MODEL,
-        prompt_tokens=prompt,
+        prompt=token_bytes.pack(prompt),
         items=items,
         tool_choice="none",
         sampling=pb.SamplingParams(seed=1, max_output_tokens=max_output_tokens),

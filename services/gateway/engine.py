@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import grpc
 from opentelemetry import trace
+from turnpike import token_bytes
 from turnpike.billing.v1 import billing_pb2
 from turnpike.ids import new_id
 from turnpike.imageres.v1 import imageres_pb2
@@ -141,7 +142,7 @@ class ResponseEngine:
         gen_request = inference_pb2.GenerateRequest(
             request_id=prepared.response_id,
             model=model.id,
-            prompt_tokens=prompt.tokens,
+            prompt=token_bytes.pack(prompt.tokens),
             instructions=request.instructions or "",
             items=prepared.conversation.items,
             tools=request.proto_tools,

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import httpx
+from turnpike import token_bytes
 from turnpike.config import ConfigError
 from turnpike.inference.v1 import inference_pb2 as pb
 
@@ -160,7 +161,7 @@ class ChatBackend(ABC):
             raise InvalidRequestError(str(exc)) from exc
         params |= {"stream": True, "stream_options": {"include_usage": True}}
         mapper = ChunkMapper(
-            fallback_input_tokens=len(request.prompt_tokens) + max(0, request.image_tokens)
+            fallback_input_tokens=token_bytes.count(request.prompt) + max(0, request.image_tokens)
         )
         reported: ReportedTimings | None = None
         first_delta = last_delta = None

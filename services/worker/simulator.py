@@ -32,7 +32,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable
 
-from turnpike import ids
+from turnpike import ids, token_bytes
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.vocab import harmony_encoding
 
@@ -124,7 +124,7 @@ class SimulatorBackend:
             tokens, finish_reason = tokens[:limit], "length"
         chunks = token_chunks(tokens, self._encoding.decode)
 
-        prompt = request.prompt_tokens
+        prompt = token_bytes.unpack(request.prompt)
         cached = self.cache.lookup_and_insert(prompt, namespace=request.model)
         input_tokens = len(prompt) + request.image_tokens
         prefill_s = request.ttft_ms / 1000 + (input_tokens - cached) / (

@@ -21,10 +21,10 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "model", "prompt_tokens", "instructions", "items", "tools", "tool_choice", "parallel_tool_calls", "sampling", "tokens_per_second", "ttft_ms", "prefill_tokens_per_second", "backend", "image_tokens")
+    __slots__ = ("request_id", "model", "prompt", "instructions", "items", "tools", "tool_choice", "parallel_tool_calls", "sampling", "tokens_per_second", "ttft_ms", "prefill_tokens_per_second", "backend", "image_tokens")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
-    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
@@ -38,7 +38,7 @@ class GenerateRequest(_message.Message):
     IMAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
-    prompt_tokens: _containers.RepeatedScalarFieldContainer[int]
+    prompt: bytes
     instructions: str
     items: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Item]
     tools: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Tool]
@@ -50,7 +50,7 @@ class GenerateRequest(_message.Message):
     prefill_tokens_per_second: float
     backend: str
     image_tokens: int
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[_Iterable[int]] = ..., instructions: _Optional[str] = ..., items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.Tool, _Mapping]]] = ..., tool_choice: _Optional[str] = ..., parallel_tool_calls: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., tokens_per_second: _Optional[float] = ..., ttft_ms: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., backend: _Optional[str] = ..., image_tokens: _Optional[int] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[bytes] = ..., instructions: _Optional[str] = ..., items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.Tool, _Mapping]]] = ..., tool_choice: _Optional[str] = ..., parallel_tool_calls: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., tokens_per_second: _Optional[float] = ..., ttft_ms: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., backend: _Optional[str] = ..., image_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerateEvent(_message.Message):
     __slots__ = ("item_started", "delta", "item_done", "finished", "error")
