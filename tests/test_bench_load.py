@@ -286,3 +286,42 @@ def test_quick_run_against_its_own_stack(tmp_path: Path) -> None:
     flames = {p.stem: p.read_text() for p in profiles.glob("*.svg")}
     assert {"gateway", "safety", "tokenizer", "router", "billing", "worker-1"} <= set(flames)
     assert "ResponseEngine" in flames["gateway"]
+    assert str(tmp_path) not in flames["gateway"]  # titled for what ran, not py-spy's command
+
+
+def test_runs_side_by_side(tmp_path: Path) -> None:
+    from bench.load.compare import main as compare, without_out
+
+    def cell(transport: str, loops: int, gateway: float) -> dict:
+        per = dict.fromkeys(SERVICES, 1.0) | {"gateway": gateway}
+        overhead = {"p50": gateway * 2, "p90": gateway * 3}
+        return {
+            "transport": transport,
+            "loops": loops,
+            "turns_per_s": 10.0 * loops,
+            "overhead_ms": overhead,
+            "error_count": 0,
+            "cpu_ms_per_turn": per,
+            "client_cpu_ms_per_turn": 0.5,
+        }
+
+    for name, gateway in (("old", 8.0), ("new", 4.0)):
+        folder = tmp_path / name
+        folder.mkdir()
+        run = {
+            "date": "d",
+            "command": f"make bench-load BENCH_ARGS='--out /x/{name} --loops 1,10'",
+            "note": None,
+            "cells": [cell("websocket", 1, gateway), cell("websocket", 10, gateway)],
+        }
+        (folder / "load.json").write_text(json.dumps(run))
+    out = tmp_path / "cmp"
+    assert compare([f"old={tmp_path / 'old'}", f"new={tmp_path / 'new'}", "--out", str(out)]) == 0
+    text = (out / "capacity.md").read_text()
+    # API CPU: gateway + safety + tokenizer + router + billing; new over old = 8/12.
+    assert "| websocket | 1 | new | 10.0 | 8.0 | 12.0 | 0 | 8.00 | 1.00 | 0.67x | 0.50x |" in text
+    assert "/x/" not in text and (out / "capacity.png").stat().st_size > 10_000
+    assert json.loads((out / "new.json").read_text())["command"] == (
+        "make bench-load BENCH_ARGS='--loops 1,10'"
+    )
+    assert without_out("make bench-load BENCH_ARGS='--out /x'") == "make bench-load"

@@ -9,6 +9,7 @@ small cost, but the profiled cell's own numbers are not the run's to compare.
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
@@ -60,8 +61,21 @@ class Profiles:
                 _, err = proc.communicate()
             path = self.out / f"{name}.svg"
             if path.exists():
+                loops, transport = self.cell
+                retitle(path, f"{name}: {loops} agent loops at once over {transport}")
                 written.append(path)
             else:
                 print(f"py-spy wrote no profile of {name}: {err.strip()[-300:]}", file=sys.stderr)
         self._running.clear()
         return written
+
+
+_TITLE = re.compile(r'(<text id="title"[^>]*>)[^<]*(</text>)')
+
+
+def retitle(path: Path, title: str) -> None:
+    """Say what was profiled instead of py-spy's own command line (which names this
+    machine's paths and the process id)."""
+    text = path.read_text()
+    caption = f"{title} (py-spy, {RATE_HZ} Hz, native frames)"
+    path.write_text(_TITLE.sub(lambda m: m.group(1) + caption + m.group(2), text, count=1))

@@ -136,7 +136,9 @@ def _ports_of(base_url: str, router: str) -> dict[int, str]:
 
 
 def pids_listening(ports: dict[int, str]) -> dict[str, int]:
-    """Which process listens on each port (best effort: empty where /proc says nothing)."""
+    """Which processes listen on each port (best effort: empty where /proc says nothing).
+    Several processes may share one listening socket (a gateway's processes): the first is
+    named for the port, the others ``<name>#2``, ``<name>#3``..., counted with it."""
     try:
         inodes: dict[str, str] = {}
         for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -149,15 +151,19 @@ def pids_listening(ports: dict[int, str]) -> dict[str, int]:
                     port = int(cols[1].rsplit(":", 1)[1], 16)
                     if cols[3] == "0A" and port in ports:  # LISTEN
                         inodes[cols[9]] = ports[port]
-        found: dict[str, int] = {}
+        holders: dict[str, set[int]] = {}
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 for fd in os.listdir(f"/proc/{pid}/fd"):
                     link = os.readlink(f"/proc/{pid}/fd/{fd}")
                     if link.startswith("socket:[") and link[8:-1] in inodes:
-                        found.setdefault(inodes[link[8:-1]], int(pid))
+                        holders.setdefault(inodes[link[8:-1]], set()).add(int(pid))
             except OSError:
                 continue
+        found: dict[str, int] = {}
+        for name, pids in holders.items():
+            for i, pid in enumerate(sorted(pids)):
+                found[name if i == 0 else f"{name}#{i + 1}"] = pid
         return found
     except OSError:
         return {}
@@ -184,12 +190,13 @@ class CpuMeter:
         self._start = {name: cpu_seconds(pid) or 0.0 for name, pid in self.pids.items()}
 
     def stop(self) -> dict[str, float]:
-        """Milliseconds of CPU per process, workers summed as "worker"."""
+        """Milliseconds of CPU per service: the workers summed as "worker", and the
+        processes sharing a service's port (``gateway#2``) with it."""
         spent: dict[str, float] = {}
         for name, pid in self.pids.items():
             now = cpu_seconds(pid)
             if now is None:
                 continue
-            key = "worker" if name.startswith("worker") else name
+            key = "worker" if name.startswith("worker") else name.split("#")[0]
             spent[key] = spent.get(key, 0.0) + (now - self._start.get(name, now)) * 1000
         return spent
