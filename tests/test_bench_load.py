@@ -290,7 +290,8 @@ def test_quick_run_against_its_own_stack(tmp_path: Path) -> None:
 
 
 def test_runs_side_by_side(tmp_path: Path) -> None:
-    from bench.load.compare import main as compare, without_out
+    from bench.load.compare import main as compare
+    from bench.load.compare import without_out
 
     def cell(transport: str, loops: int, gateway: float) -> dict:
         per = dict.fromkeys(SERVICES, 1.0) | {"gateway": gateway}
