@@ -80,6 +80,7 @@ class StackEndpoints:
     billing: str
     imageres: str
     workers: dict[str, str]  # worker id -> address
+    metrics: dict[str, str]  # process name (gateway, safety, worker-1...) -> host:port of /metrics
     state_dir: Path
     log_dir: Path
     ledger_path: Path
@@ -108,6 +109,7 @@ def stack_endpoints(cfg: StackConfig) -> StackEndpoints:
         api_keys=keys,
         gateway=cfg.address(cfg.gateway_port),
         workers=cfg.worker_addresses(),
+        metrics=cfg.metrics_addresses(),
         state_dir=cfg.state_dir,
         log_dir=cfg.log_dir,
         ledger_path=cfg.ledger_path,

@@ -15,6 +15,7 @@ from turnpike.catalogue import (
     LOOPBACK,
     SERVICES,
     WORKER,
+    Service,
     ServiceProtocol,
     loopback_workers,
 )
@@ -52,6 +53,9 @@ class StackConfig:
     )
     # Port by worker id (worker-1, worker-2, ...).
     workers: Mapping[str, int] = field(default_factory=lambda: loopback_workers(2))
+    # Where each process serves /metrics, by process name (default: the catalogue's
+    # metrics ports, worker-N on the N-th port from the workers' own).
+    metrics_ports: Mapping[str, int] | None = None
     state_dir: Path = field(default_factory=default_state_dir)
     # Set in every process, over the stack's own wiring (but not over a process's
     # identity: its port, worker id and telemetry service name).
@@ -71,19 +75,31 @@ class StackConfig:
             raise ValueError(f"service_ports must name exactly {sorted(expected)}")
         if not self.workers:
             raise ValueError("the stack needs at least one worker")
-        ports = self.ports()
-        if len(set(ports.values())) != len(ports):
-            raise ValueError(f"two services share a port: {ports}")
+        if self.metrics_ports is None:
+            defaults = {s.name: s.metrics_port for s in SINGLE_SERVICES}
+            for index, wid in enumerate(self.workers):
+                defaults[wid] = WORKER.metrics_port + index
+            object.__setattr__(self, "metrics_ports", defaults)
+        else:
+            object.__setattr__(self, "metrics_ports", dict(self.metrics_ports))
+        assert self.metrics_ports is not None
+        if set(self.metrics_ports) != set(self.ports()):
+            raise ValueError("metrics_ports must name every process")
+        taken = [*self.ports().values(), *self.metrics_ports.values()]
+        if len(set(taken)) != len(taken):
+            raise ValueError(f"two services share a port: {self.ports()} {self.metrics_ports}")
 
     @classmethod
     def on_free_ports(cls, workers: int = 2, host: str = LOOPBACK, **kwargs) -> StackConfig:
         """A layout on ports the OS reports free, away from ``make run``'s defaults."""
         ids = list(loopback_workers(workers))
-        ports = iter(pick_free_ports(len(SINGLE_SERVICES) + len(ids), host))
+        names = [s.name for s in SINGLE_SERVICES] + ids
+        ports = iter(pick_free_ports(2 * len(names), host))
         return cls(
             host=host,
             service_ports={s.name: next(ports) for s in SINGLE_SERVICES},
             workers={wid: next(ports) for wid in ids},
+            metrics_ports={name: next(ports) for name in names},
             **kwargs,
         )
 
@@ -116,6 +132,7 @@ class StackConfig:
             self,
             service_ports={name: port + offset for name, port in self.service_ports.items()},
             workers={wid: port + offset for wid, port in self.workers.items()},
+            metrics_ports={name: port + offset for name, port in self.metrics_port_map().items()},
         )
 
     def with_ports(self, **ports: int) -> StackConfig:
@@ -144,6 +161,14 @@ class StackConfig:
     def ports(self) -> dict[str, int]:
         """Every process's port by process name."""
         return {**self.service_ports, **self.workers}
+
+    def metrics_port_map(self) -> dict[str, int]:
+        """Where each process serves /metrics, by process name."""
+        assert self.metrics_ports is not None  # filled in by __post_init__
+        return dict(self.metrics_ports)
+
+    def metrics_addresses(self) -> dict[str, str]:
+        return {name: self.address(port) for name, port in self.metrics_port_map().items()}
 
     def address(self, port: int) -> str:
         return f"{self.host}:{port}"
@@ -179,11 +204,25 @@ class ServiceSpec:
 
 def default_services(config: StackConfig) -> list[ServiceSpec]:
     """The real services in start order: the backends, the workers, then the gateway."""
+    metrics = config.metrics_port_map()
+
+    def identity(service: Service, name: str) -> dict[str, str]:
+        return {service.metrics_port_variable: str(metrics[name])}
+
     services = [
-        ServiceSpec(b.name, b.name, config.service_ports[b.name], b.protocol) for b in BACKENDS
+        ServiceSpec(b.name, b.name, config.service_ports[b.name], b.protocol, identity(b, b.name))
+        for b in BACKENDS
     ]
     for wid, port in config.workers.items():
-        identity = {"TURNPIKE_WORKER_ID": wid, WORKER.port_variable: str(port)}
-        services.append(ServiceSpec(wid, WORKER.name, port, WORKER.protocol, identity))
-    services.append(ServiceSpec(GATEWAY.name, GATEWAY.name, config.gateway_port, GATEWAY.protocol))
+        env = {"TURNPIKE_WORKER_ID": wid, WORKER.port_variable: str(port), **identity(WORKER, wid)}
+        services.append(ServiceSpec(wid, WORKER.name, port, WORKER.protocol, env))
+    services.append(
+        ServiceSpec(
+            GATEWAY.name,
+            GATEWAY.name,
+            config.gateway_port,
+            GATEWAY.protocol,
+            identity(GATEWAY, GATEWAY.name),
+        )
+    )
     return services

@@ -26,20 +26,33 @@ class Service:
     # call it directly (the workers are the router's: TURNPIKE_WORKERS).
     address_variable: str | None
     protocol: ServiceProtocol = "grpc"
+    # Where it serves /metrics (Prometheus text format), on a port of its own so that
+    # scraping never shares the API's listener; moved by ``metrics_port_variable``.
+    metrics_port: int = 0
+
+    @property
+    def metrics_port_variable(self) -> str:
+        return f"TURNPIKE_{self.name.upper()}_METRICS_PORT"
 
     @property
     def loopback_address(self) -> str:
         return f"{LOOPBACK}:{self.port}"
 
 
-GATEWAY = Service("gateway", 8080, "TURNPIKE_GATEWAY_PORT", None, "http")
-SAFETY = Service("safety", 50051, "TURNPIKE_SAFETY_PORT", "TURNPIKE_SAFETY_ADDR")
-TOKENIZER = Service("tokenizer", 50052, "TURNPIKE_TOKENIZER_PORT", "TURNPIKE_TOKENIZER_ADDR")
-ROUTER = Service("router", 50053, "TURNPIKE_ROUTER_PORT", "TURNPIKE_ROUTER_ADDR")
-BILLING = Service("billing", 50054, "TURNPIKE_BILLING_PORT", "TURNPIKE_BILLING_ADDR")
-IMAGERES = Service("imageres", 50055, "TURNPIKE_IMAGERES_PORT", "TURNPIKE_IMAGERES_ADDR")
-# Replicas on one machine take the ports after this one (worker-1, worker-2, ...).
-WORKER = Service("worker", 50061, "TURNPIKE_WORKER_PORT", None)
+GATEWAY = Service("gateway", 8080, "TURNPIKE_GATEWAY_PORT", None, "http", 9180)
+SAFETY = Service("safety", 50051, "TURNPIKE_SAFETY_PORT", "TURNPIKE_SAFETY_ADDR", metrics_port=9151)
+TOKENIZER = Service(
+    "tokenizer", 50052, "TURNPIKE_TOKENIZER_PORT", "TURNPIKE_TOKENIZER_ADDR", metrics_port=9152
+)
+ROUTER = Service("router", 50053, "TURNPIKE_ROUTER_PORT", "TURNPIKE_ROUTER_ADDR", metrics_port=9153)
+BILLING = Service(
+    "billing", 50054, "TURNPIKE_BILLING_PORT", "TURNPIKE_BILLING_ADDR", metrics_port=9154
+)
+IMAGERES = Service(
+    "imageres", 50055, "TURNPIKE_IMAGERES_PORT", "TURNPIKE_IMAGERES_ADDR", metrics_port=9155
+)
+# Replicas on one machine take the ports after these (worker-1, worker-2, ...).
+WORKER = Service("worker", 50061, "TURNPIKE_WORKER_PORT", None, metrics_port=9161)
 
 SERVICES = (GATEWAY, SAFETY, TOKENIZER, ROUTER, BILLING, IMAGERES, WORKER)
 # The gRPC services the gateway calls directly, in the order make run starts them.

@@ -199,6 +199,8 @@ class GrpcServerSettings:
     """Common to every backend service."""
 
     port: int
+    # Where /metrics is served (turnpike.metrics); 0 picks no port: no metrics listener.
+    metrics_port: int = 0
     host: str = field(default_factory=lambda: env_str("TURNPIKE_GRPC_HOST", LOOPBACK))
     # Seconds in-flight calls get to finish after SIGTERM.
     shutdown_grace_s: float = field(
@@ -212,7 +214,10 @@ class GrpcServerSettings:
     def for_service(cls, name: str) -> GrpcServerSettings:
         """The settings of the catalogue's service ``name`` (its own port variable)."""
         listed = service(name)
-        return cls(port=env_port(listed.port_variable, listed.port))
+        return cls(
+            port=env_port(listed.port_variable, listed.port),
+            metrics_port=env_port(listed.metrics_port_variable, listed.metrics_port),
+        )
 
 
 @dataclass(frozen=True)
@@ -238,6 +243,10 @@ GATEWAY_PROCESSES_VARIABLE = "TURNPIKE_GATEWAY_PROCESSES"
 class GatewaySettings:
     host: str = field(default_factory=lambda: env_str("TURNPIKE_GATEWAY_HOST", LOOPBACK))
     port: int = field(default_factory=lambda: env_port(GATEWAY.port_variable, GATEWAY.port))
+    # /metrics, on a port of its own (served by the parent when there are several processes).
+    metrics_port: int = field(
+        default_factory=lambda: env_port(GATEWAY.metrics_port_variable, GATEWAY.metrics_port)
+    )
     # "key:tenant" pairs, comma separated (parse_api_keys). The development key works
     # out of the box.
     api_keys: str = field(default_factory=lambda: env_str(API_KEYS_VARIABLE, DEFAULT_API_KEYS))

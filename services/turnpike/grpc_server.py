@@ -12,8 +12,9 @@ from collections.abc import Awaitable, Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from turnpike import telemetry
+from turnpike import metrics, telemetry
 from turnpike.config import GrpcServerSettings
+from turnpike.grpc_metrics import RpcMetricsInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +44,18 @@ async def serve(
         # A second server on a taken port must fail, not silently share it.
         ("grpc.so_reuseport", 0),
     ]
-    server = grpc.aio.server(interceptors=telemetry.grpc_server_interceptors(), options=options)
+    interceptors = [*telemetry.grpc_server_interceptors(), RpcMetricsInterceptor()]
+    server = grpc.aio.server(interceptors=interceptors, options=options)
     register(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     address = f"{settings.host}:{settings.port}"
     server.add_insecure_port(address)
     await server.start()
+    metrics_server = None
+    if settings.metrics_port:
+        endpoint = metrics.MetricsEndpoint(settings.host, settings.metrics_port)
+        metrics_server = metrics.serve(endpoint)
     for name in ["", *grpc_service_names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("%s serving on %s", service_name, address)
@@ -69,6 +75,8 @@ async def serve(
     await server.stop(settings.shutdown_grace_s)
     if on_shutdown is not None:
         await on_shutdown()
+    if metrics_server is not None:
+        metrics_server.shutdown()
     telemetry.shutdown_tracing()
     log.info("%s stopped", service_name)
 

@@ -1,0 +1,124 @@
+"""Per-RPC duration and outcome of every gRPC service, recorded by a server interceptor
+(one place, so every method of every backend is counted the same way)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from prometheus_client import Counter, Histogram
+
+from turnpike.metrics import API_SECONDS
+
+RPC_SECONDS = Histogram(
+    "turnpike_grpc_server_handling_seconds",
+    "Time a gRPC service spent on one call, from its arrival to its last message.",
+    ["grpc_service", "grpc_method"],
+    buckets=API_SECONDS + (5.0, 10.0, 30.0, 60.0),
+)
+RPC_HANDLED = Counter(
+    "turnpike_grpc_server_handled",
+    "gRPC calls finished, by status code (OK, or the error a caller saw).",
+    ["grpc_service", "grpc_method", "grpc_code"],
+)
+
+
+def _code_of(context: grpc.aio.ServicerContext, error: BaseException | None) -> str:
+    code = context.code()
+    if isinstance(code, grpc.StatusCode):
+        return code.name
+    if error is None:
+        return "OK"
+    if isinstance(error, (GeneratorExit, asyncio.CancelledError)):
+        return "CANCELLED"  # the caller went away
+    return "UNKNOWN"
+
+
+class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
+    """Wraps each method's handler to time it and count its status code."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        service, _, method = handler_call_details.method.lstrip("/").rpartition("/")
+        seconds = RPC_SECONDS.labels(service, method)
+
+        def finish(context: grpc.aio.ServicerContext, start: float, error: BaseException | None):
+            seconds.observe(time.perf_counter() - start)
+            RPC_HANDLED.labels(service, method, _code_of(context, error)).inc()
+
+        if handler.response_streaming:
+            return _replace(handler, _timed_stream(handler, finish))
+        return _replace(handler, _timed_unary(handler, finish))
+
+
+Finish = Callable[[grpc.aio.ServicerContext, float, "BaseException | None"], None]
+
+
+def _behavior(handler: grpc.RpcMethodHandler) -> Callable[..., Any]:
+    if handler.request_streaming:
+        return handler.stream_stream if handler.response_streaming else handler.stream_unary
+    return handler.unary_stream if handler.response_streaming else handler.unary_unary
+
+
+def _timed_unary(handler: grpc.RpcMethodHandler, finish: Finish) -> Callable[..., Any]:
+    inner = _behavior(handler)
+
+    async def behavior(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        start = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            result = inner(request, context)
+            return await result if inspect.isawaitable(result) else result
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            finish(context, start, error)
+
+    return behavior
+
+
+def _timed_stream(handler: grpc.RpcMethodHandler, finish: Finish) -> Callable[..., Any]:
+    inner = _behavior(handler)
+
+    async def behavior(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        start = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            result = inner(request, context)
+            if inspect.isawaitable(result):  # writes with context.write, returns nothing
+                await result
+                return
+            async for message in result:
+                yield message
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            finish(context, start, error)
+
+    return behavior
+
+
+def _replace(handler: grpc.RpcMethodHandler, behavior: Callable[..., Any]) -> grpc.RpcMethodHandler:
+    make = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }[(handler.request_streaming, handler.response_streaming)]
+    return make(
+        behavior,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
