@@ -21,10 +21,19 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    disable_created_metrics,
+    start_http_server,
+)
 from prometheus_client import multiprocess as prometheus_multiprocess
 
 log = logging.getLogger(__name__)
+
+# A ``_created`` series per counter and histogram doubles what a scrape carries, for a
+# timestamp Prometheus does not need (it sees resets by itself).
+disable_created_metrics()
 
 MULTIPROC_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
