@@ -18,7 +18,7 @@ RPC_SECONDS = Histogram(
     "turnpike_grpc_server_handling_seconds",
     "Time a gRPC service spent on one call, from its arrival to its last message.",
     ["grpc_service", "grpc_method"],
-    buckets=API_SECONDS + (5.0, 10.0, 30.0, 60.0),
+    buckets=(*API_SECONDS, 5.0, 10.0, 30.0, 60.0),
 )
 RPC_HANDLED = Counter(
     "turnpike_grpc_server_handled",
