@@ -122,6 +122,21 @@ STANDINS = {
             'CMD ["redis-server", "--protected-mode", "no"]',
         ),
     ),
+    # Upstream's entry point and flags, with Debian's paths (its package's user owns them).
+    "prometheus": StandIn(
+        "prometheus",
+        ("prometheus",),
+        (
+            "ENV LANG=C.UTF-8",
+            "USER prometheus",
+            "WORKDIR /var/lib/prometheus",
+            "EXPOSE 9090",
+            'ENTRYPOINT ["/bin/prometheus"]',
+            'CMD ["--config.file=/etc/prometheus/prometheus.yml", '
+            '"--storage.tsdb.path=/var/lib/prometheus/metrics2", '
+            '"--web.listen-address=0.0.0.0:9090"]',
+        ),
+    ),
 }
 
 # Removed from a stand-in's root filesystem, as Debian's own slim images do.
@@ -254,7 +269,11 @@ def build_standin(standin: StandIn, image: str) -> None:
 def ensure_third_party(env: dict[str, str]) -> dict[str, str]:
     """Each third-party image's state: present, pulled, built (a stand-in) or missing."""
     states = {}
-    for key, kind in (("PYTHON_IMAGE", "python"), ("REDIS_IMAGE", "redis")):
+    for key, kind in (
+        ("PYTHON_IMAGE", "python"),
+        ("REDIS_IMAGE", "redis"),
+        ("PROMETHEUS_IMAGE", "prometheus"),
+    ):
         image = env[key]
         if image_exists(image):
             states[image] = "present"
