@@ -44,9 +44,13 @@ def render_dotenv(text: str, services: Sequence[Service]) -> str:
 
 def render_manifest(text: str, svc: Service, where: Path) -> str:
     """A service's own manifest: every numeric port in it is the service's (the
-    container's port, its probes, its Service), as is its port variable."""
+    container's port, its probes, its Service), as is its port variable; but the
+    container port named metrics and the pod's prometheus.io/port annotation, which are
+    its metrics port (written last, over the first rule's value)."""
     text = _sub(r"^\s*(?:- )?(?:containerPort|port): ", svc.port, text, where)
-    return _sub(rf"- name: {svc.port_variable}\n\s*value: '", svc.port, text, where)
+    text = _sub(rf"- name: {svc.port_variable}\n\s*value: '", svc.port, text, where)
+    text = _sub(r"- name: metrics\n\s*containerPort: ", svc.metrics_port, text, where)
+    return _sub(r"prometheus\.io/port: '", svc.metrics_port, text, where)
 
 
 def render_config_map(text: str, services: Sequence[Service]) -> str:

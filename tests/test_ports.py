@@ -26,15 +26,21 @@ def test_dotenv_and_the_kubernetes_base_carry_the_catalogue_ports():
 def test_moving_every_port_in_the_catalogue_leaves_no_old_port_behind():
     """The generator reaches every place a port is written: with every port moved, none
     of the old numbers is left, and the files still say the new ones."""
-    moved = [dataclasses.replace(s, port=s.port + 7) for s in SERVICES]
+    moved = [
+        dataclasses.replace(s, port=s.port + 7, metrics_port=s.metrics_port + 7) for s in SERVICES
+    ]
     rendered = gen_ports.render(services=moved)
     for old, new in zip(SERVICES, moved, strict=True):
         manifest = rendered[gen_ports.K8S_BASE / f"{old.name}.yaml"]
-        assert not re.search(rf"\b{old.port}\b", manifest), old.name
+        assert not re.search(rf"\b({old.port}|{old.metrics_port})\b", manifest), old.name
         docs = [d for d in yaml.safe_load_all(manifest) if d]
         [workload] = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
         [container] = workload["spec"]["template"]["spec"]["containers"]
         assert container["ports"][0]["containerPort"] == new.port
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports["metrics"] == new.metrics_port, old.name
+        annotations = workload["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/port"] == str(new.metrics_port), old.name
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env[old.port_variable] == str(new.port)
         [service] = [d for d in docs if d["kind"] == "Service"]

@@ -192,3 +192,19 @@ def test_redis_is_optional():
     assert "redis" not in objects("Deployment", base) and "redis" not in objects("Service", base)
     base_text = "\n".join(p.read_text() for p in BASE.glob("*.yaml"))
     assert "redis" not in base_text.replace("components/redis", "")
+
+
+def test_prometheus_scrapes_every_turnpike_pod_on_its_metrics_port():
+    from turnpike.catalogue import service
+
+    for workload, doc in {**objects("Deployment"), **objects("StatefulSet")}.items():
+        if workload == "redis":
+            continue
+        template = doc["spec"]["template"]
+        annotations = template["metadata"]["annotations"]
+        [container] = template["spec"]["containers"]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert annotations["prometheus.io/scrape"] == "true", workload
+        assert annotations["prometheus.io/path"] == "/metrics", workload
+        metrics_port = service(workload).metrics_port
+        assert int(annotations["prometheus.io/port"]) == ports["metrics"] == metrics_port
