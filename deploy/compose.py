@@ -280,6 +280,8 @@ def cmd_up(_: argparse.Namespace) -> int:
     address = f"http://{settings['PUBLISH_ADDRESS']}:{settings['GATEWAY_PUBLISHED_PORT']}"
     print(f"[up] every container healthy after {elapsed:.1f} s")
     print(f"[up] API: {address}/v1 (key {settings['TURNPIKE_API_KEYS'].split(':')[0]})")
+    prometheus = f"http://{settings['PUBLISH_ADDRESS']}:{settings['PROMETHEUS_PUBLISHED_PORT']}"
+    print(f"[up] Prometheus: {prometheus} (UI; HTTP API under /api/v1)")
     if "jaeger" in compose.profiles:
         print(
             f"[up] Jaeger UI: http://{settings['PUBLISH_ADDRESS']}:{settings['JAEGER_UI_PUBLISHED_PORT']}"

@@ -43,7 +43,7 @@ def free_port() -> int:
 
 def image_sizes(env: dict[str, str]) -> dict[str, float]:
     names = [f"{env['IMAGE_NAME']}/{s}:{env['IMAGE_VERSION']}" for s in SERVICES]
-    names += [env["PYTHON_IMAGE"], env["REDIS_IMAGE"]]
+    names += [env["PYTHON_IMAGE"], env["REDIS_IMAGE"], env["PROMETHEUS_IMAGE"]]
     sizes = {}
     for name in names:
         out = subprocess.run(
@@ -168,6 +168,7 @@ def main() -> int:
     port = free_port()
     env = {
         "GATEWAY_PUBLISHED_PORT": str(port),
+        "PROMETHEUS_PUBLISHED_PORT": str(free_port()),
         "TURNPIKE_ALLOW_PIPELINE_OVERRIDE": "true",
         # Nothing listens there: export is attempted and dropped, as without Jaeger.
         "OTEL_EXPORTER_OTLP_ENDPOINT": os.environ.get(

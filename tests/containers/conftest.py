@@ -2,8 +2,8 @@
 
 ``container_stack`` (session scope) is the whole stack of compose.yaml, from the images
 `make images` built, as a Compose project of its own (its own network, volume and
-published gateway port, so it runs beside a `make up` stack), with the optional Redis
-tier enabled. Its services export OTLP to ``otlp``, a receiver in this process that
+published gateway and Prometheus ports, so it runs beside a `make up` stack), with the
+optional Redis tier enabled. Its services export OTLP to ``otlp``, a receiver in this process that
 the containers reach through the Docker host (``host.docker.internal``).
 
 Compose runs through deploy/compose.py (``docker compose`` or ``docker-compose``, whichever
@@ -78,7 +78,8 @@ class Images:
 def images(docker_engine: None) -> Images:
     settings = deploy_compose.read_env()
     found = Images(settings)
-    wanted = [found.service(s) for s in SERVICES] + [settings["PYTHON_IMAGE"]]
+    wanted = [found.service(s) for s in SERVICES]
+    wanted += [settings["PYTHON_IMAGE"], settings["PROMETHEUS_IMAGE"]]
     if missing := [name for name in wanted if not deploy_compose.image_exists(name)]:
         pytest.fail(f"images missing: {', '.join(missing)}; run `make images`", pytrace=False)
     return found
@@ -160,6 +161,7 @@ TENANT_KEYS = {
     "billing": "sk-test-billing",
     "faults": "sk-test-faults",
     "sdk": "sk-test-sdk",
+    "metrics": "sk-test-metrics",
 }
 
 
@@ -169,6 +171,7 @@ class ContainerStack:
     gateway: str  # http://127.0.0.1:<port>
     keys: dict[str, str]  # tenant -> API key
     ready_after_s: float
+    prometheus: str = ""  # http://127.0.0.1:<port>, its UI and HTTP API
 
     @property
     def base_url(self) -> str:
@@ -196,9 +199,10 @@ class ContainerStack:
 
 @pytest.fixture(scope="session")
 def container_stack(images: Images, otlp: Receiver) -> Iterator[ContainerStack]:
-    port = free_port()
+    port, prometheus_port = free_port(), free_port()
     env = {
         "GATEWAY_PUBLISHED_PORT": str(port),
+        "PROMETHEUS_PUBLISHED_PORT": str(prometheus_port),
         "PUBLISH_ADDRESS": "127.0.0.1",
         "TURNPIKE_API_KEYS": ",".join(f"{key}:{tenant}" for tenant, key in TENANT_KEYS.items()),
         "TURNPIKE_ALLOW_PIPELINE_OVERRIDE": "true",
@@ -215,7 +219,13 @@ def container_stack(images: Images, otlp: Receiver) -> Iterator[ContainerStack]:
     except deploy_compose.ComposeError as err:
         compose.down(volumes=True)
         pytest.fail(f"the container stack did not come up: {err}", pytrace=False)
-    stack = ContainerStack(compose, f"http://127.0.0.1:{port}", dict(TENANT_KEYS), ready_after)
+    stack = ContainerStack(
+        compose,
+        f"http://127.0.0.1:{port}",
+        dict(TENANT_KEYS),
+        ready_after,
+        prometheus=f"http://127.0.0.1:{prometheus_port}",
+    )
     try:
         yield stack
     finally:

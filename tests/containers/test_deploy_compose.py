@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from turnpike.catalogue import SERVICES
 
 REPO = Path(__file__).resolve().parents[2]
 TURNPIKE_SERVICES = {
@@ -50,13 +51,13 @@ def test_env_is_the_single_configuration_surface(dotenv):
     for key, value in dotenv.items():
         # docker-compose 1.x expands nothing inside .env, and keeps inline comments.
         assert "${" not in value and " #" not in value, key
-    for image in ("PYTHON_IMAGE", "REDIS_IMAGE", "JAEGER_IMAGE"):
+    for image in ("PYTHON_IMAGE", "REDIS_IMAGE", "PROMETHEUS_IMAGE", "JAEGER_IMAGE"):
         assert dotenv[image]
 
 
 def test_every_service_has_a_health_check_and_a_memory_limit(compose):
     services = compose["services"]
-    assert TURNPIKE_SERVICES | {"redis", "jaeger"} == set(services)
+    assert TURNPIKE_SERVICES | {"redis", "jaeger", "prometheus"} == set(services)
     for name, service in services.items():
         test = service.get("healthcheck", {}).get("test")
         assert test and test[0] in ("CMD", "CMD-SHELL"), name
@@ -71,10 +72,11 @@ def test_turnpike_containers_run_read_only(compose):
         assert service["read_only"] is True and service["tmpfs"] == ["/tmp"], name
 
 
-def test_only_the_gateway_and_the_jaeger_ui_are_published(compose):
+def test_only_the_gateway_prometheus_and_the_jaeger_ui_are_published(compose):
     published = {name: s["ports"] for name, s in compose["services"].items() if s.get("ports")}
-    assert set(published) == {"gateway", "jaeger"}
+    assert set(published) == {"gateway", "prometheus", "jaeger"}
     assert published["gateway"] == ["${PUBLISH_ADDRESS}:${GATEWAY_PUBLISHED_PORT}:${GATEWAY_PORT}"]
+    assert published["prometheus"] == ["${PUBLISH_ADDRESS}:${PROMETHEUS_PUBLISHED_PORT}:9090"]
     assert published["jaeger"] == ["${PUBLISH_ADDRESS}:${JAEGER_UI_PUBLISHED_PORT}:16686"]
 
 
@@ -119,6 +121,8 @@ def test_the_billing_ledger_is_on_a_named_volume(compose):
 
 def test_services_get_standard_otel_settings_and_known_turnpike_variables(compose):
     code = "\n".join(p.read_text() for p in (REPO / "services").glob("*/*.py"))
+    # The catalogue names these (Service.metrics_port_variable) rather than spelling them.
+    metrics_variables = {s.metrics_port_variable for s in SERVICES}
     for name in TURNPIKE_SERVICES:
         env = compose["services"][name]["environment"]
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "${OTEL_EXPORTER_OTLP_ENDPOINT}"
@@ -126,8 +130,29 @@ def test_services_get_standard_otel_settings_and_known_turnpike_variables(compos
         for key in env:
             # CEREBRAS_*: the Cerebras SDK's own names (turnpike.config reads them).
             assert key.startswith(("OTEL_", "TURNPIKE_", "CEREBRAS_")), f"{name}: {key}"
-            if key.startswith(("TURNPIKE_", "CEREBRAS_")):
+            if key.startswith(("TURNPIKE_", "CEREBRAS_")) and key not in metrics_variables:
                 assert f'"{key}"' in code, f"{name}: {key} is read by no service"
+
+
+def test_prometheus_scrapes_every_turnpike_service_on_the_metrics_port(compose, dotenv):
+    """Each container serves /metrics on METRICS_PORT; prometheus.yml (which cannot read
+    .env) names every Turnpike service at that port, and nothing else but itself."""
+    for name in TURNPIKE_SERVICES:
+        variable = f"TURNPIKE_{name.split('-')[0].upper()}_METRICS_PORT"
+        assert compose["services"][name]["environment"][variable] == "${METRICS_PORT}", name
+    config = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    targets = {
+        target: job["job_name"]
+        for job in config["scrape_configs"]
+        for static in job["static_configs"]
+        for target in static["targets"]
+    }
+    turnpike = {t: job for t, job in targets.items() if job != "prometheus"}
+    assert turnpike == {f"{n}:{dotenv['METRICS_PORT']}": n.split("-")[0] for n in TURNPIKE_SERVICES}
+    assert config["rule_files"] == ["rules.yml"]
+    prometheus = compose["services"]["prometheus"]
+    assert prometheus["volumes"] == ["./deploy/prometheus:/etc/prometheus:ro"]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
 
 
 def test_compose_accepts_the_file():

@@ -35,6 +35,7 @@ def test_the_stack_came_up_healthy_with_every_service(container_stack):
         "worker-1",
         "worker-2",
         "redis",
+        "prometheus",
     }
     assert set(states) == expected
     assert all(s.status == "running" and s.health == "healthy" for s in states.values()), states
