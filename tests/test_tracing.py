@@ -192,6 +192,13 @@ def test_one_http_response_is_one_trace_across_every_service(traced: Traced) -> 
     assert span.attributes["turnpike.transport"] == "http"
     assert span.attributes["turnpike.model"] == "turnpike-sim"
     assert span.attributes["turnpike.response.status"] == "completed"
+    # The OpenTelemetry GenAI conventions' attributes, beside Turnpike's own.
+    assert span.attributes["gen_ai.operation.name"] == "chat"
+    assert span.attributes["gen_ai.request.model"] == "turnpike-sim"
+    assert span.attributes["gen_ai.response.id"] == response.id
+    assert span.attributes["gen_ai.conversation.id"] == response.id  # its first response
+    assert span.attributes["gen_ai.usage.input_tokens"] == response.usage.input_tokens
+    assert span.attributes["gen_ai.usage.output_tokens"] == response.usage.output_tokens
     check_hops(members)
     stages = check_stages(
         span,
@@ -457,7 +464,7 @@ def test_a_response_that_fails_to_prepare_ends_its_span(
     monkeypatch.setattr(tracing, "tracer", local_tracer)
     ctx = RequestContext(tenant="dev", pipeline="sprint")
     with pytest.raises(type(error)):
-        with tracing.response_span(ctx, "http", "turnpike-sim"):
+        with tracing.response_span(ctx, "turnpike-sim"):
             raise error
     [span] = exporter.get_finished_spans()
     assert span.name == "response.create" and span.kind == SpanKind.SERVER
@@ -471,18 +478,24 @@ def test_a_prepared_response_span_stays_open_until_the_response_finishes(
     monkeypatch.setattr(tracing, "tracer", local_tracer)
     ctx = RequestContext(tenant="dev", pipeline="sprint")
     with local_tracer.start_as_current_span("POST /v1/responses") as http_span:
-        with tracing.response_span(ctx, "http", "turnpike-sim") as span:
+        with tracing.response_span(ctx, "turnpike-sim") as span:
             assert span is ctx.span
     assert [s.name for s in exporter.get_finished_spans()] == ["POST /v1/responses"]
     tracing.end_response_span(
         ctx.span,
         {
+            "id": "resp_1",
+            "model": "turnpike-sim",
             "status": "failed",
             "usage": None,
             "error": {"code": "server_error", "message": "The model failed."},
         },
     )
     finished = exporter.get_finished_spans()[-1]
+    # The OpenTelemetry GenAI conventions' attributes.
+    assert finished.attributes["gen_ai.operation.name"] == "chat"
+    assert finished.attributes["gen_ai.request.model"] == "turnpike-sim"
+    assert finished.attributes["gen_ai.response.id"] == "resp_1"
     assert finished.name == "response.create" and finished.kind == SpanKind.INTERNAL
     assert finished.parent.span_id == http_span.get_span_context().span_id
     assert finished.status.status_code == StatusCode.ERROR

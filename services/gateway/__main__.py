@@ -1,11 +1,20 @@
 """``python -m gateway``: serve the API with uvicorn, in ``TURNPIKE_GATEWAY_PROCESSES``
-processes that share the port (uvicorn's workers; each builds its own app)."""
+processes that share the port (uvicorn's workers; each builds its own app), and
+/metrics on the gateway's metrics port.
+
+With several processes, each records its metrics into files of a shared folder
+(prometheus-client's multiprocess mode) and this parent process serves their sum, so a
+scrape sees the whole gateway, not whichever process answered it."""
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
 
 import uvicorn
+from turnpike import metrics
 from turnpike.config import GatewaySettings, exit_on_config_error
 
 
@@ -14,6 +23,25 @@ def main() -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = GatewaySettings()  # every setting read (and checked) before serving
+    shared_folder = None
+    if settings.processes > 1:
+        # Set before uvicorn starts its processes, which read it when they import
+        # prometheus-client; a fresh folder, as stale files would add old counts.
+        shared_folder = tempfile.mkdtemp(prefix="turnpike-gateway-metrics-")
+        os.environ[metrics.MULTIPROC_DIR_VARIABLE] = shared_folder
+    metrics_server = metrics.serve(
+        metrics.MetricsEndpoint(settings.host, settings.metrics_port),
+        metrics.multiprocess_registry() if shared_folder else None,
+    )
+    try:
+        serve(settings)
+    finally:
+        metrics_server.shutdown()
+        if shared_folder:
+            shutil.rmtree(shared_folder, ignore_errors=True)
+
+
+def serve(settings: GatewaySettings) -> None:
     uvicorn.run(
         "gateway.app:create_app",
         factory=True,

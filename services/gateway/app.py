@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -18,9 +19,12 @@ from gateway.errors import ApiError, invalid, server_error, store_unavailable
 from gateway.json_response import JSONResponse
 from gateway.store import StoreUnavailable
 from gateway.tracing import FASTAPI_TELEMETRY
+from gateway.turn_metrics import OVERHEAD_HEADER
 from gateway.wiring import Gateway
 
 log = logging.getLogger(__name__)
+
+OVERHEAD_HEADER_BYTES = OVERHEAD_HEADER.encode()
 
 
 def create_app(settings: GatewaySettings | None = None) -> FastAPI:
@@ -77,13 +81,16 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(server_error())
 
-    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(EdgeHeadersMiddleware)
     return app
 
 
-class RequestIdMiddleware:
+class EdgeHeadersMiddleware:
     """Adds ``x-request-id`` to every HTTP response (the SDK exposes it as
-    ``request_id``). Plain ASGI, so streamed bodies pass through untouched."""
+    ``request_id``), and ``x-turnpike-overhead-ms`` where the handler did not: the time
+    the gateway took until the headers left (all of it API time; a create response sets
+    its own, without the model's time). Plain ASGI, so streamed bodies pass through
+    untouched."""
 
     def __init__(self, app) -> None:
         self.app = app
@@ -92,11 +99,16 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        arrived = time.perf_counter()
         request_id = ("req_" + secrets.token_hex(12)).encode()
 
         async def send_with_id(message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id)]
+                headers = [*message.get("headers", []), (b"x-request-id", request_id)]
+                if not any(name == OVERHEAD_HEADER_BYTES for name, _ in headers):
+                    elapsed_ms = (time.perf_counter() - arrived) * 1000
+                    headers.append((OVERHEAD_HEADER_BYTES, f"{elapsed_ms:.3f}".encode()))
+                message["headers"] = headers
             await send(message)
 
         await self.app(scope, receive, send_with_id)

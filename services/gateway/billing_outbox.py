@@ -41,6 +41,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode
 from turnpike.billing.v1 import billing_pb2, billing_pb2_grpc
 
+from gateway import metrics
+
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("turnpike.gateway.billing")
 
@@ -88,6 +90,7 @@ class BillingOutbox:
         if self._queue.full():
             log.warning("billing outbox full (%d events waiting); waiting for room", self.pending)
         await self._queue.put(QueuedUsage(event, origin))
+        metrics.BILLING_OUTBOX_BACKLOG.inc()
 
     @property
     def pending(self) -> int:
@@ -109,6 +112,7 @@ class BillingOutbox:
         while True:
             batch = await self._next_batch()
             await self._deliver_until_done(batch)
+            metrics.BILLING_OUTBOX_BACKLOG.dec(len(batch))
             for _ in batch:
                 self._queue.task_done()
 
@@ -127,6 +131,7 @@ class BillingOutbox:
                 _reason(err),
                 backoff,
             )
+            metrics.BILLING_OUTBOX_RETRIES.inc()
             await asyncio.sleep(backoff)  # retry backoff, not on any request path
             backoff = min(backoff * 2, self._max_backoff)
             attempt += 1

@@ -6,6 +6,9 @@ from __future__ import annotations
 from turnpike.lru import LruCache
 
 from gateway.conversation_state import ConversationState
+from gateway.metrics import CacheLookups
+
+LOOKUPS = CacheLookups("connection")
 
 
 class ConnectionCache:
@@ -15,7 +18,9 @@ class ConnectionCache:
         self._states: LruCache[str, ConversationState] = LruCache(capacity)
 
     def get(self, response_id: str) -> ConversationState | None:
-        return self._states.get(response_id)
+        state = self._states.get(response_id)
+        LOOKUPS.count(state)
+        return state
 
     def put(self, response_id: str, state: ConversationState) -> None:
         self._states.put(response_id, state)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 
 import grpc
@@ -22,6 +23,7 @@ from turnpike.imageres.v1 import imageres_pb2
 from turnpike.inference.v1 import inference_pb2
 from turnpike.router.v1 import router_pb2
 
+from gateway import turn_metrics
 from gateway.billing_outbox import BillingOutbox
 from gateway.conversation_state import ConversationState
 from gateway.errors import ApiError
@@ -71,12 +73,19 @@ class ResponseEngine:
     ) -> Prepared:
         prepared = Prepared(request, ctx, new_id("resp"))
         ctx.span.set_attribute("turnpike.response.id", prepared.response_id)
+        turn_metrics.response_started(ctx)
         try:
             await pipeline.prepare(prepared, self.res)
-        except ApiError:
+        except BaseException as err:
+            model = prepared.model.id if prepared.model is not None else None
+            turn_metrics.response_refused(ctx, model, err)
             # The client gets an error, not a response: the cached parent cannot be
             # trusted to match what the client will send next.
-            if ctx.connection_cache is not None and request.previous_response_id:
+            if (
+                isinstance(err, ApiError)
+                and ctx.connection_cache is not None
+                and request.previous_response_id
+            ):
                 ctx.connection_cache.evict_after_failure(request.previous_response_id, ctx.lane)
             raise
         assert prepared.model is not None
@@ -92,6 +101,8 @@ class ResponseEngine:
         span = prepared.ctx.span
         assert prepared.model is not None
         span.set_attribute("turnpike.model", prepared.model.id)
+        if prepared.conversation is not None:
+            span.set_attribute("gen_ai.conversation.id", prepared.conversation.conversation_id)
         # The task runs in a copy of the current context: generation, and the
         # finishing that ends the span, happen inside the response's span.
         with trace.use_span(span, end_on_exit=False):
@@ -180,6 +191,7 @@ class ResponseEngine:
                             for e in events.start_message():
                                 queue.emit(e)
                     elif kind == "delta":
+                        turn_metrics.first_token(prepared.ctx)
                         text = event.delta.text
                         if queue.merge_delta(events.open_item_id, text):
                             events.extend_delta(text)
@@ -311,11 +323,33 @@ class ResponseEngine:
                     await self._bill(prepared)
         except Exception:
             log.exception("finalizing response %s failed", response["id"])
+        self._stamp_overhead(prepared, generation, terminal)
         end_response_span(ctx.span, response)
         queue.final = response
         for event in terminal:
             queue.emit(event)
         queue.close()
+
+    @staticmethod
+    def _stamp_overhead(prepared: Prepared, generation: Generation, terminal: list[Event]) -> None:
+        """Record the finished turn, and give its terminal event the API overhead (the
+        same figure as the HTTP header), once everything before that event is done."""
+        response = prepared.response
+        assert response is not None
+        model_ms = generation.model_ms.get("total_ms", 0.0)
+        overhead = turn_metrics.response_finished(prepared, model_ms, time.perf_counter())
+        timings = response.get(TIMINGS_KEY)
+        if timings is None:  # failed before the worker reported its timings
+            timings = response[TIMINGS_KEY] = {
+                "pipeline": prepared.ctx.pipeline,
+                "worker_id": generation.worker_id,
+                "model_ms": {},
+                "stages_ms": {k: round(v, 3) for k, v in prepared.ctx.stage_ms.items()},
+            }
+        timings["overhead_ms"] = round(overhead, 3)
+        for event in terminal:
+            if (snapshot := event.get("response")) is not None:
+                snapshot[TIMINGS_KEY] = timings
 
     async def _bill(self, prepared: Prepared) -> None:
         response, ctx, policy = prepared.response, prepared.ctx, prepared.policy

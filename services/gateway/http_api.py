@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from gateway.request import parse_create
 from gateway.request_context import RequestContext
 from gateway.store import StoredResponse
 from gateway.tracing import response_span
+from gateway.turn_metrics import overhead_header
 from gateway.wiring import Gateway
 
 router = APIRouter()
@@ -54,15 +56,19 @@ async def sse_stream(queue: ResponseEventQueue) -> AsyncIterator[bytes]:
 
 @router.post("/v1/responses")
 async def create_response(request: Request) -> Response:
+    arrived = time.perf_counter()
     gw = gateway_of(request)
     tenant = gw.keys.tenant_for(request.headers)
     pipeline = gw.pipeline_for(request.headers, websocket=False)
     body = parse_json(await read_body(request, gw.settings.max_body_bytes))
     create = parse_create(body, default_model=gw.settings.default_model)
-    ctx = RequestContext(tenant, pipeline.name)
-    with response_span(ctx, "http", create.model):
+    transport = "sse" if create.stream else "http"
+    ctx = RequestContext(tenant, pipeline.name, transport=transport, started=arrived)
+    with response_span(ctx, create.model):
         queue = gw.engine.start(await gw.engine.prepare(create, ctx, pipeline))
     if create.stream:
+        # The headers leave before the turn ends: the overhead header holds the time
+        # so far (preparation), the terminal event the whole turn's (README, metrics).
         return StreamingResponse(
             sse_stream(queue),
             media_type="text/event-stream",
@@ -70,7 +76,8 @@ async def create_response(request: Request) -> Response:
         )
     async for _ in queue.events():
         pass
-    return JSONResponse(queue.final)
+    final = queue.final
+    return JSONResponse(final, headers=overhead_header(final))
 
 
 def _response_not_found(response_id: str) -> ApiError:

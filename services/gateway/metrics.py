@@ -24,19 +24,20 @@ RESPONSES = Counter(
     "Create requests by outcome.",
     ["model", "pipeline", "transport", "tenant", "outcome"],
 )
-TIME_TO_FIRST_TOKEN = Histogram(
+
+
+def _turn_seconds(name: str, documentation: str) -> Histogram:
+    labels = ["gen_ai_operation_name", "gen_ai_request_model", "pipeline", "transport"]
+    return Histogram(name, documentation, labels, unit="seconds", buckets=TURN_SECONDS)
+
+
+TIME_TO_FIRST_TOKEN = _turn_seconds(
     "gen_ai_server_time_to_first_token",
     "From the request's arrival to its first output token leaving the gateway.",
-    ["gen_ai_operation_name", "gen_ai_request_model", "pipeline", "transport"],
-    unit="seconds",
-    buckets=TURN_SECONDS,
 )
-REQUEST_DURATION = Histogram(
+REQUEST_DURATION = _turn_seconds(
     "gen_ai_server_request_duration",
     "From the request's arrival to its terminal event (end to end).",
-    ["gen_ai_operation_name", "gen_ai_request_model", "pipeline", "transport"],
-    unit="seconds",
-    buckets=TURN_SECONDS,
 )
 API_OVERHEAD = Histogram(
     "turnpike_gateway_api_overhead",
@@ -81,6 +82,19 @@ CACHE_LOOKUPS = Counter(
     "(rendered tokens) and the model configuration cache, by result (hit, miss).",
     ["cache", "result"],
 )
+
+
+class CacheLookups:
+    """The hit and miss counters of one cache, bound once (lookups are on the hot path)."""
+
+    def __init__(self, cache: str) -> None:
+        self.hit = CACHE_LOOKUPS.labels(cache, "hit")
+        self.miss = CACHE_LOOKUPS.labels(cache, "miss")
+
+    def count(self, found: object) -> None:
+        (self.miss if found is None else self.hit).inc()
+
+
 BILLING_OUTBOX_BACKLOG = Gauge(
     "turnpike_gateway_billing_outbox_backlog",
     "Usage events waiting to reach billing.",

@@ -7,6 +7,10 @@ import time
 
 from turnpike.router.v1 import router_pb2
 
+from gateway.metrics import CacheLookups
+
+LOOKUPS = CacheLookups("model")
+
 
 class ModelConfigCache:
     """Model name -> configuration, refreshed from the router after ``ttl_s``."""
@@ -17,9 +21,9 @@ class ModelConfigCache:
 
     def get(self, name: str) -> router_pb2.ModelConfig | None:
         entry = self._entries.get(name)
-        if entry is None or time.monotonic() - entry[0] > self._ttl:
-            return None
-        return entry[1]
+        model = None if entry is None or time.monotonic() - entry[0] > self._ttl else entry[1]
+        LOOKUPS.count(model)
+        return model
 
     def put(self, name: str, model: router_pb2.ModelConfig) -> None:
         self._entries[name] = (time.monotonic(), model)

@@ -1,5 +1,5 @@
-"""Who asked and how: one request's tenant, pipeline name, WebSocket lane and
-connection cache, its span, and the time each stage took."""
+"""Who asked and how: one request's tenant, pipeline name, transport, WebSocket lane and
+connection cache, its span, when it arrived and the time each stage took."""
 
 from __future__ import annotations
 
@@ -19,11 +19,16 @@ tracer = trace.get_tracer("turnpike.gateway")
 class RequestContext:
     tenant: str
     pipeline: str  # the name of the pipeline that prepares it (traces and timings)
+    transport: str = "http"  # http (one JSON body), sse or websocket (metrics, traces)
     connection_cache: ConnectionCache | None = None  # WebSocket mode only
     lane: str | None = None  # WebSocket stream_id
     stage_ms: dict[str, float] = field(default_factory=dict)
     # The response's own span (gateway.tracing.response_span); the engine ends it.
     span: trace.Span = trace.INVALID_SPAN
+    # When the request arrived and when its first output token left (perf_counter): the
+    # turn's time, its time to first token and so its API overhead are measured from here.
+    started: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
 
     @contextmanager
     def stage(self, name: str) -> Iterator[trace.Span]:

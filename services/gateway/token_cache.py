@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from gateway.conversation_state import RenderedPrefix
+from gateway.metrics import CacheLookups
+
+LOOKUPS = CacheLookups("token")
 
 
 class TokenCache:
@@ -20,18 +23,25 @@ class TokenCache:
         self._keys_of: dict[int, int] = {}  # id(tokens) -> how many entries share them
 
     def get(self, tenant: str, response_id: str) -> RenderedPrefix | None:
-        key = (tenant, response_id)
+        entry = self._touch((tenant, response_id))
+        LOOKUPS.count(entry)
+        return entry
+
+    def longest(self, tenant: str, keys: list[str]) -> RenderedPrefix | None:
+        """The entry of the last of ``keys`` that is held (keys of ever longer prefixes);
+        one lookup, whatever the number of keys."""
+        entry = None
+        for key in reversed(keys):
+            if (entry := self._touch((tenant, key))) is not None:
+                break
+        LOOKUPS.count(entry)
+        return entry
+
+    def _touch(self, key: tuple[str, str]) -> RenderedPrefix | None:
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
         return entry
-
-    def longest(self, tenant: str, keys: list[str]) -> RenderedPrefix | None:
-        """The entry of the last of ``keys`` that is held (keys of ever longer prefixes)."""
-        for key in reversed(keys):
-            if (entry := self.get(tenant, key)) is not None:
-                return entry
-        return None
 
     def put(self, tenant: str, response_id: str, rendered: RenderedPrefix) -> None:
         key = (tenant, response_id)

@@ -18,6 +18,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from gateway.errors import ApiError
+from gateway.metrics import GEN_AI_OPERATION
 
 if TYPE_CHECKING:
     from gateway.request_context import RequestContext
@@ -47,7 +48,7 @@ FASTAPI_TELEMETRY: dict[str, Any] = {
 
 
 @contextmanager
-def response_span(ctx: RequestContext, transport: str, model: str) -> Iterator[trace.Span]:
+def response_span(ctx: RequestContext, model: str) -> Iterator[trace.Span]:
     """The span of one response, current inside the block and kept in ``ctx.span``.
 
     If the block raises (preparation failed), the span ends here. Otherwise the block
@@ -59,10 +60,13 @@ def response_span(ctx: RequestContext, transport: str, model: str) -> Iterator[t
         "response.create",
         kind=SpanKind.SERVER if root else SpanKind.INTERNAL,
         attributes={
-            "turnpike.transport": transport,
+            "turnpike.transport": ctx.transport,
             "turnpike.tenant": ctx.tenant,
             "turnpike.pipeline": ctx.pipeline,
             "turnpike.model": model,
+            # The OpenTelemetry GenAI conventions' names, which GenAI-aware backends read.
+            "gen_ai.operation.name": GEN_AI_OPERATION,
+            "gen_ai.request.model": model,
         },
     )
     ctx.span = span
@@ -101,6 +105,8 @@ def end_response_span(span: trace.Span, response: dict[str, Any]) -> None:
     """End a response's span with its outcome (called once the response is final)."""
     if span.is_recording():
         span.set_attribute("turnpike.response.status", response["status"])
+        span.set_attribute("gen_ai.response.id", response["id"])
+        span.set_attribute("gen_ai.response.model", response["model"])
         if usage := response.get("usage"):
             span.set_attribute("gen_ai.usage.input_tokens", usage["input_tokens"])
             span.set_attribute("gen_ai.usage.output_tokens", usage["output_tokens"])

@@ -10,6 +10,7 @@ import time
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
+from gateway import metrics
 from gateway.errors import ApiError, server_error, store_unavailable
 from gateway.json_codec import dumps
 from gateway.json_response import JSONResponse
@@ -78,11 +79,15 @@ class Connection:
         engine = self.gw.engine
         try:
             ctx = RequestContext(
-                self.tenant, self.pipeline.name, connection_cache=self.session.cache, lane=lane
+                self.tenant,
+                self.pipeline.name,
+                transport="websocket",
+                connection_cache=self.session.cache,
+                lane=lane,
             )
             try:
                 # One trace per response, not per connection (gateway.tracing).
-                with response_span(ctx, "websocket", request.model):
+                with response_span(ctx, request.model):
                     queue = engine.start(await engine.prepare(request, ctx, self.pipeline))
             except ApiError as err:
                 await self.send(err.ws_event(lane))
@@ -123,6 +128,7 @@ async def responses_socket(ws: WebSocket) -> None:
         now=time.monotonic(),
     )
     conn = Connection(ws, gw, tenant, session, pipeline)
+    metrics.WEBSOCKET_CONNECTIONS.inc()
     try:
         while conn.open:
             deadline = session.deadline(time.monotonic())
@@ -142,3 +148,4 @@ async def responses_socket(ws: WebSocket) -> None:
         pass
     finally:
         conn.open = False
+        metrics.WEBSOCKET_CONNECTIONS.dec()

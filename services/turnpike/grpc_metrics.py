@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import grpc
@@ -50,18 +51,31 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         service, _, method = handler_call_details.method.lstrip("/").rpartition("/")
-        seconds = RPC_SECONDS.labels(service, method)
-
-        def finish(context: grpc.aio.ServicerContext, start: float, error: BaseException | None):
-            seconds.observe(time.perf_counter() - start)
-            RPC_HANDLED.labels(service, method, _code_of(context, error)).inc()
-
+        timer = _CallTimer(service, method)
         if handler.response_streaming:
-            return _replace(handler, _timed_stream(handler, finish))
-        return _replace(handler, _timed_unary(handler, finish))
+            return _replace(handler, _timed_stream(_behavior(handler), timer))
+        return _replace(handler, _timed_unary(_behavior(handler), timer))
 
 
-Finish = Callable[[grpc.aio.ServicerContext, float, "BaseException | None"], None]
+class _CallTimer:
+    """Times the calls of one method and counts them by status code."""
+
+    def __init__(self, service: str, method: str) -> None:
+        self.service, self.method = service, method
+        self.seconds = RPC_SECONDS.labels(service, method)
+
+    @contextmanager
+    def call(self, context: grpc.aio.ServicerContext) -> Iterator[None]:
+        start = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            yield
+        except BaseException as exc:  # GeneratorExit too: a stream its caller left
+            error = exc
+            raise
+        finally:
+            self.seconds.observe(time.perf_counter() - start)
+            RPC_HANDLED.labels(self.service, self.method, _code_of(context, error)).inc()
 
 
 def _behavior(handler: grpc.RpcMethodHandler) -> Callable[..., Any]:
@@ -70,42 +84,24 @@ def _behavior(handler: grpc.RpcMethodHandler) -> Callable[..., Any]:
     return handler.unary_stream if handler.response_streaming else handler.unary_unary
 
 
-def _timed_unary(handler: grpc.RpcMethodHandler, finish: Finish) -> Callable[..., Any]:
-    inner = _behavior(handler)
-
+def _timed_unary(inner: Callable[..., Any], timer: _CallTimer) -> Callable[..., Any]:
     async def behavior(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        start = time.perf_counter()
-        error: BaseException | None = None
-        try:
+        with timer.call(context):
             result = inner(request, context)
             return await result if inspect.isawaitable(result) else result
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            finish(context, start, error)
 
     return behavior
 
 
-def _timed_stream(handler: grpc.RpcMethodHandler, finish: Finish) -> Callable[..., Any]:
-    inner = _behavior(handler)
-
+def _timed_stream(inner: Callable[..., Any], timer: _CallTimer) -> Callable[..., Any]:
     async def behavior(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        start = time.perf_counter()
-        error: BaseException | None = None
-        try:
+        with timer.call(context):
             result = inner(request, context)
             if inspect.isawaitable(result):  # writes with context.write, returns nothing
                 await result
                 return
             async for message in result:
                 yield message
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            finish(context, start, error)
 
     return behavior
 

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from turnpike.catalogue import service
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -30,7 +32,11 @@ def service_env(env: dict[str, str]) -> dict[str, str]:
 
 def start_service(module: str, env: dict[str, str], **popen: Any) -> subprocess.Popen:
     """Run ``python -m module`` from the repository root with ``env`` as its only
-    settings (``popen``: more ``subprocess.Popen`` arguments, e.g. to capture output)."""
+    settings (``popen``: more ``subprocess.Popen`` arguments, e.g. to capture output).
+    Its /metrics goes on a free port unless ``env`` says where: the catalogue's default
+    may be taken by ``make run`` or by another test's process."""
+    metrics_port = service(module).metrics_port_variable
+    env = {metrics_port: str(free_port()), **env}
     return subprocess.Popen(
         [sys.executable, "-m", module], cwd=REPO_ROOT, env=service_env(env), **popen
     )

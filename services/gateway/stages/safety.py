@@ -10,10 +10,13 @@ from opentelemetry import trace
 from turnpike.safety.v1 import safety_pb2
 
 from gateway.errors import content_blocked
+from gateway.metrics import SAFETY_VERDICTS as VERDICTS
 from gateway.prepared import Prepared
 from gateway.stages.base import Resources, Stage
 
 log = logging.getLogger(__name__)
+
+VERDICT_NAMES = {safety_pb2.ALLOW: "allow", safety_pb2.FLAG: "flag", safety_pb2.BLOCK: "block"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Safety(Stage):
         span.set_attribute("turnpike.safety.verdict", safety_pb2.Verdict.Name(verdict.verdict))
         span.set_attribute("turnpike.safety.items_scored", verdict.items_scored)
         categories = sorted({f.category for f in verdict.findings})
+        VERDICTS.labels(p.ctx.pipeline, VERDICT_NAMES.get(verdict.verdict, "allow")).inc()
         if verdict.verdict == safety_pb2.BLOCK:
             raise content_blocked(categories or ["policy"])
         if verdict.verdict != safety_pb2.FLAG:
