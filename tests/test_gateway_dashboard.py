@@ -134,7 +134,8 @@ def test_stages_per_pipeline_in_pipeline_order_with_the_model_apart() -> None:
         pytest.approx(3.0),
         pytest.approx(2.0),
     ]
-    assert [s["concurrent"] for s in sprint["stages"]] == [False, True, False]
+    # Safety runs beside render and resolve_images, in the step after resolve_model.
+    assert [s["step"] for s in sprint["stages"]] == [0, 3, 4]
     assert sprint["model"] == [{"stage": "generate", "mean_ms": pytest.approx(500.0)}]
     assert sprint["turns"] == 4
 

@@ -21,7 +21,7 @@ from turnpike import metrics
 
 from gateway.dashboard.live import LiveDashboard
 from gateway.json_response import JSONResponse
-from gateway.pipelines import PIPELINES, Concurrently
+from gateway.pipelines import PIPELINES
 
 PAGE = (Path(__file__).parent / "dashboard" / "page.html").read_text()
 
@@ -49,13 +49,13 @@ CONTENT_SECURITY_POLICY = "; ".join(
 NO_STORE = {"cache-control": "no-store"}
 
 
-def stage_order() -> dict[str, list[tuple[str, bool]]]:
-    """Each pipeline's stages in the order it runs them, and whether each runs at the
-    same time as others."""
+def stage_order() -> dict[str, list[tuple[str, int]]]:
+    """Each pipeline's stages in the order it runs them, with the index of their step
+    (the stages of one ``Concurrently`` share it)."""
     return {
         name: [
-            (stage.name, isinstance(step, Concurrently))
-            for step in pipeline.steps
+            (stage.name, index)
+            for index, step in enumerate(pipeline.steps)
             for stage in step.stages
         ]
         for name, pipeline in PIPELINES.items()

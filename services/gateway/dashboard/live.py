@@ -16,12 +16,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from prometheus_client import Metric
 
-from gateway.dashboard.sampler import Sampler, take_snapshot
+from gateway.dashboard.sampler import Sampler, StageOrder, take_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class LiveDashboard:
         self,
         collect: Collect,
         readiness: Readiness,
-        stage_order: Mapping[str, Sequence[tuple[str, bool]]] | None = None,
+        stage_order: StageOrder | None = None,
         *,
         interval_s: float = 2.0,
         keep_s: float = 300.0,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ from prometheus_client import Metric
 
 from gateway import metrics
 
-QUANTILES = (0.5, 0.9, 0.99)
+QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 # Trailing windows, in seconds: a turns/s point, a percentile point, and the stage and
 # cache figures (the most recent minute).
 RATE_WINDOW_S = 10.0
@@ -30,6 +30,10 @@ QUANTILE_WINDOW_S = 30.0
 RECENT_WINDOW_S = 60.0
 # Stages whose time is the model's rather than the API's: shown beside the stack.
 MODEL_STAGES = frozenset({"generate"})
+
+# Per pipeline, its stages in the order it runs them, each with the index of its step:
+# stages that share a step run at the same time.
+StageOrder = Mapping[str, Sequence[tuple[str, int]]]
 
 
 def _family(metric: Any) -> str:
@@ -156,8 +160,13 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
 
 
+def _delta(later: float, earlier: float) -> float:
+    """How much a counter grew (all of it after a reset)."""
+    return later - earlier if later >= earlier else later
+
+
 def _rate(later: float, earlier: float, seconds: float) -> float:
-    return (later - earlier if later >= earlier else later) / seconds if seconds > 0 else 0.0
+    return _delta(later, earlier) / seconds if seconds > 0 else 0.0
 
 
 class Sampler:
@@ -181,15 +190,15 @@ class Sampler:
         first = bisect.bisect_left(self.ring, t - window_s - 1e-9, key=lambda s: s.t)
         return self.ring[first] if first < index else None
 
-    def view(self, stage_order: Mapping[str, Sequence[tuple[str, bool]]] | None = None) -> dict:
-        """The page's JSON. ``stage_order``: per pipeline, its stages in order, each with
-        whether it runs concurrently with others; stages not listed follow, by name."""
+    def view(self, stage_order: StageOrder | None = None) -> dict:
+        """The page's JSON. Stages a pipeline of ``stage_order`` does not list follow its
+        own, by name (each a step of its own)."""
         if not self.ring:
             return {"interval_s": self.interval_s, "window_s": self.keep_s, "empty": True}
         last = self.ring[-1]
-        series: dict[str, Any] = {"t": [], "turns_per_s": [], "ttft_ms": {}, "overhead_ms": {}}
+        series: dict[str, Any] = {"t": [], "turns_per_s": []}
         for key in ("ttft_ms", "overhead_ms"):
-            series[key] = {f"p{round(q * 100)}": [] for q in QUANTILES}
+            series[key] = {name: [] for name in QUANTILES}
         for index, snap in enumerate(self.ring):
             series["t"].append(round(snap.t - last.t, 3))
             earlier = self._before(index, RATE_WINDOW_S)
@@ -201,9 +210,8 @@ class Sampler:
             earlier = self._before(index, QUANTILE_WINDOW_S)
             for key, of in (("ttft_ms", "ttft"), ("overhead_ms", "overhead")):
                 window = None if earlier is None else getattr(snap, of).minus(getattr(earlier, of))
-                for q in QUANTILES:
-                    value = None if window is None else _ms(window.quantile(q))
-                    series[key][f"p{round(q * 100)}"].append(value)
+                for name, q in QUANTILES.items():
+                    series[key][name].append(None if window is None else _ms(window.quantile(q)))
         return {
             "interval_s": self.interval_s,
             "window_s": self.keep_s,
@@ -212,22 +220,27 @@ class Sampler:
             "series": series,
             "now": self._now(last),
             "stages": self._stages(last, stage_order or {}),
+            # Every stage a pipeline lists, in order: a stage's colour on the page.
+            "stage_names": list(
+                dict.fromkeys(name for stages in (stage_order or {}).values() for name, _ in stages)
+            ),
             "caches": self._caches(last),
         }
 
     def _now(self, last: Snapshot) -> dict[str, Any]:
         earlier = self._before(len(self.ring) - 1, RATE_WINDOW_S)
-        seconds = 0.0 if earlier is None else last.t - earlier.t
+
+        def per_second(of: Callable[[Snapshot], float]) -> float | None:
+            if earlier is None:
+                return None
+            return round(_rate(of(last), of(earlier), last.t - earlier.t), 3)
+
         errors = ("failed", "rejected", "error")
         return {
             "turns_total": round(last.turns),
             "errors_total": round(sum(last.responses.get(o, 0.0) for o in errors)),
-            "turns_per_s": None
-            if earlier is None
-            else round(_rate(last.turns, earlier.turns, seconds), 3),
-            "output_tokens_per_s": None
-            if earlier is None
-            else round(_rate(last.output_tokens, earlier.output_tokens, seconds), 1),
+            "turns_per_s": per_second(lambda s: s.turns),
+            "output_tokens_per_s": per_second(lambda s: s.output_tokens),
             "websocket_connections": round(last.websocket_connections),
             "active_responses": round(last.active_responses),
         }
@@ -235,9 +248,7 @@ class Sampler:
     def _recent(self) -> Snapshot | None:
         return self._before(len(self.ring) - 1, RECENT_WINDOW_S)
 
-    def _stages(
-        self, last: Snapshot, order: Mapping[str, Sequence[tuple[str, bool]]]
-    ) -> list[dict[str, Any]]:
+    def _stages(self, last: Snapshot, order: StageOrder) -> list[dict[str, Any]]:
         """Mean time per stage over the most recent minute, per pipeline that ran."""
         earlier = self._recent()
         if earlier is None:
@@ -275,10 +286,10 @@ class Sampler:
 
 
 def _pipeline_view(
-    pipeline: str, stages: dict[str, Histogram], known: dict[str, bool]
+    pipeline: str, stages: dict[str, Histogram], known: dict[str, int]
 ) -> dict[str, Any]:
     """One pipeline's stages in its own order (the model's apart): ``known`` maps each
-    stage it lists to whether it runs at the same time as others."""
+    stage it lists to its step (None for the others)."""
     names = [s for s in known if s in stages] + sorted(set(stages) - set(known))
     return {
         "pipeline": pipeline,
@@ -288,7 +299,7 @@ def _pipeline_view(
                 "stage": name,
                 "mean_ms": _ms(stages[name].mean()),
                 "p50_ms": _ms(stages[name].quantile(0.5)),
-                "concurrent": known.get(name, False),
+                "step": known.get(name),
             }
             for name in names
             if name not in MODEL_STAGES
@@ -299,10 +310,6 @@ def _pipeline_view(
             if name in MODEL_STAGES
         ],
     }
-
-
-def _delta(later: float, earlier: float) -> float:
-    return later - earlier if later >= earlier else later
 
 
 def _ratio(hits: float, misses: float) -> dict[str, Any]:
