@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import re
+import subprocess
+import sys
 from contextlib import asynccontextmanager
 
 import httpx
@@ -178,6 +181,41 @@ def test_no_tenant_reaches_the_view() -> None:
     text = json.dumps(sampler.view(dashboard_api.stage_order()))
     assert not any(tenant in text for tenant in tenants)
     assert "tenant" not in text
+
+
+MULTIPROCESS_TURN = """
+import json
+from gateway import metrics
+from gateway.dashboard.sampler import Sampler, take_snapshot
+from turnpike.metrics import multiprocess_registry
+
+sampler = Sampler()
+sampler.add(take_snapshot(multiprocess_registry().collect(), 0.0))
+metrics.RESPONSES.labels("turnpike-sim", "sprint", "http", "alice", "completed").inc(4)
+metrics.TIME_TO_FIRST_TOKEN.labels("chat", "turnpike-sim", "sprint", "http").observe(0.03)
+metrics.STAGE_DURATION.labels("sprint", "route").observe(0.002)
+metrics.WEBSOCKET_CONNECTIONS.inc()
+sampler.add(take_snapshot(multiprocess_registry().collect(), 2.0))
+print(json.dumps(sampler.view()))
+"""
+
+
+def test_a_snapshot_of_the_sum_over_gateway_processes(tmp_path) -> None:
+    """Several gateway processes: the registry read is prometheus-client's multiprocess
+    sum, with the same sample names."""
+    done = subprocess.run(
+        [sys.executable, "-c", MULTIPROCESS_TURN],
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    view = json.loads(done.stdout)
+    assert view["now"]["turns_total"] == 4 and view["now"]["turns_per_s"] == 2.0
+    assert view["now"]["websocket_connections"] == 1
+    assert 20 <= view["series"]["ttft_ms"]["p50"][-1] <= 40
+    assert view["stages"][0]["stages"][0]["mean_ms"] == pytest.approx(2.0)
 
 
 def test_an_empty_ring_says_so() -> None:
