@@ -163,9 +163,7 @@ class SafetyEngine:
             if score.chunks:  # a text without chunks never reached the model
                 observe(score.score)
                 by_model += 1
-        metrics.SCORED_BY_MODEL.inc(by_model)
-        metrics.SCORED_BY_PREFILTER.inc(len(missing) - by_model)
-        metrics.SCORED_FROM_CACHE.inc(len(found) - len(missing))
+        metrics.count_texts(by_model, len(missing) - by_model, len(found) - len(missing))
         return [
             ItemEvidence(
                 item_id=item.id,
