@@ -102,6 +102,21 @@ class StandIn:
 
 
 STANDINS = {
+    # A test tool, not part of the stack: headless Chromium driven over WebDriver by the
+    # dashboard's browser test (chromedriver on 9515, reachable from outside the container).
+    "chromium": StandIn(
+        "chromium",
+        # dbus-x11: the session bus dconf-service needs, which debootstrap cannot choose itself.
+        ("chromium", "chromium-driver", "fonts-dejavu-core", "dbus-x11"),
+        (
+            "ENV LANG=C.UTF-8",
+            "ENV HOME=/tmp",
+            "USER nobody",
+            "WORKDIR /tmp",
+            "EXPOSE 9515",
+            'CMD ["chromedriver", "--port=9515", "--allowed-ips=", "--allowed-origins=*"]',
+        ),
+    ),
     "python": StandIn(
         "python",
         ("python3",),
@@ -294,6 +309,10 @@ def ensure_third_party(env: dict[str, str]) -> dict[str, str]:
             "runs without Jaeger (its services still export OTLP to "
             "OTEL_EXPORTER_OTLP_ENDPOINT)"
         )
+    # Turnpike's own test tool (the browser test): built once, never pulled.
+    if not image_exists(chromium := env["CHROMIUM_IMAGE"]):
+        build_standin(STANDINS["chromium"], chromium)
+        states[chromium] = "stand-in built"
     return states
 
 

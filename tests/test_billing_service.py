@@ -1,4 +1,5 @@
-"""The billing service as a real process over gRPC: idempotency, crash safety, clean stop."""
+"""The billing service as a real process over gRPC: idempotency, crash safety, clean stop; and
+in process, the metrics of what it records and commits."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+from billing.server import MAX_BATCH_EVENTS, BillingServicer, LedgerThread
 from gateway.billing_outbox import BillingOutbox
+from support.metric_samples import Delta
 from support.procs import free_port, start_service
 from turnpike.billing.v1 import billing_pb2, billing_pb2_grpc
 from turnpike.grpc_client import insecure_channel, wait_healthy
@@ -250,3 +253,51 @@ async def test_sigterm_exits_cleanly_and_checkpoints(billing: Billing) -> None:
         assert billing.proc.wait(timeout=10) == 0
         assert wal.stat().st_size == 0
         assert other.execute("SELECT event_id FROM usage_events").fetchall() == [("resp_x",)]
+
+
+class Aborted(Exception):
+    """What the in-process servicer's ``context.abort`` raises."""
+
+
+class AbortingContext:
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise Aborted(code, details)
+
+
+async def test_recorded_replayed_rejected_events_and_commits_are_counted(tmp_path: Path) -> None:
+    ledger = LedgerThread(tmp_path / "ledger.sqlite3")
+    servicer, context = BillingServicer(ledger), AbortingContext()
+    recorded = Delta("turnpike_billing_events_recorded_total")
+    ignored = Delta("turnpike_billing_duplicates_ignored_total")
+    rejected = Delta("turnpike_billing_events_rejected_total")
+    commits = Delta("turnpike_billing_commit_batch_size_count")
+    committed = Delta("turnpike_billing_commit_batch_size_sum")
+    timed = Delta("turnpike_billing_commit_seconds_count")
+
+    def batch(*ids: str) -> billing_pb2.RecordUsageBatchRequest:
+        return billing_pb2.RecordUsageBatchRequest(events=[usage_event(i) for i in ids])
+
+    try:
+        await servicer.RecordUsage(usage_event("m_a"), context)
+        reply = await servicer.RecordUsageBatch(batch("m_a", "m_b", "m_c"), context)
+        assert list(reply.duplicate) == [True, False, False]
+        assert (recorded.change, ignored.change) == (3, 1)
+        assert (commits.change, committed.change, timed.change) == (2, 4, 2)
+
+        # Calls that arrive together share one commit.
+        await asyncio.gather(
+            *(servicer.RecordUsage(usage_event(f"m_g{i}"), context) for i in range(6))
+        )
+        assert recorded.change == 9 and committed.change == 10 and commits.change == 3
+
+        # An invalid event refuses its whole call; so does a batch over the limit.
+        invalid = batch("m_d", "m_e")
+        invalid.events[1].input_tokens = -1
+        with pytest.raises(Aborted):
+            await servicer.RecordUsageBatch(invalid, context)
+        with pytest.raises(Aborted):
+            await servicer.RecordUsageBatch(batch(*["m_f"] * (MAX_BATCH_EVENTS + 1)), context)
+        assert rejected.change == 2 + MAX_BATCH_EVENTS + 1
+        assert recorded.change == 9 and committed.change == 10
+    finally:
+        await ledger.close()

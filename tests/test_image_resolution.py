@@ -10,6 +10,11 @@ from urllib.parse import quote_from_bytes
 import pytest
 from PIL import Image
 from turnpike.image_resolution import (
+    CORRUPT,
+    INVALID,
+    TOO_LARGE,
+    UNSUPPORTED_FORMAT,
+    UNSUPPORTED_SOURCE,
     Limits,
     high_detail_tokens,
     image_tokens,
@@ -122,23 +127,25 @@ def test_percent_encoded_data_url() -> None:
 
 
 @pytest.mark.parametrize(
-    ("url", "file_id", "detail", "error"),
+    ("url", "file_id", "detail", "error", "kind"),
     [
-        ("", "file-abc", "auto", "file 'file-abc' not found"),
-        ("https://example.com/cat.png", "", "auto", "remote image URLs are not fetched"),
-        ("HTTP://example.com/cat.png", "", "auto", "remote image URLs are not fetched"),
-        ("ftp://example.com/cat.png", "", "auto", "must be a data: URL"),
-        ("", "", "auto", "neither url nor file_id"),
-        ("data:image/png;base64,!!!not-base64!!!", "", "auto", "invalid base64"),
-        ("data:image/png;base64", "", "auto", "malformed data URL"),
-        ("data:image/png;base64,", "", "auto", "empty"),
-        (data_url(b"definitely not an image"), "", "auto", "not a recognised image"),
-        (data_url(encode(8, 8)), "", "medium", "invalid detail"),
+        ("", "file-abc", "auto", "file 'file-abc' not found", UNSUPPORTED_SOURCE),
+        ("https://example.com/cat.png", "", "auto", "URLs are not fetched", UNSUPPORTED_SOURCE),
+        ("HTTP://example.com/cat.png", "", "auto", "URLs are not fetched", UNSUPPORTED_SOURCE),
+        ("ftp://example.com/cat.png", "", "auto", "must be a data: URL", UNSUPPORTED_SOURCE),
+        ("", "", "auto", "neither url nor file_id", INVALID),
+        ("data:image/png;base64,!!!not-base64!!!", "", "auto", "invalid base64", INVALID),
+        ("data:image/png;base64", "", "auto", "malformed data URL", INVALID),
+        ("data:image/png;base64,", "", "auto", "empty", INVALID),
+        (data_url(b"definitely not an image"), "", "auto", "not a recognised image", CORRUPT),
+        (data_url(encode(8, 8)), "", "medium", "invalid detail", INVALID),
     ],
 )
-def test_errors_are_reported_per_image(url: str, file_id: str, detail: str, error: str) -> None:
+def test_errors_are_reported_per_image(
+    url: str, file_id: str, detail: str, error: str, kind: str
+) -> None:
     res = resolve_image(url, file_id, detail, LIMITS)
-    assert error in res.error
+    assert error in res.error and res.error_kind == kind
     assert (res.width, res.height, res.tokens, res.sha256) == (0, 0, 0, "")
 
 
@@ -146,19 +153,19 @@ def test_truncated_image_is_rejected() -> None:
     for fmt in ("PNG", "JPEG", "GIF", "WEBP"):
         data = encode(256, 256, fmt)
         res = resolve_image(data_url(data[: len(data) // 2]), "", "auto", LIMITS)
-        assert res.error, fmt
+        assert res.error and res.error_kind == CORRUPT, fmt
 
 
 def test_unsupported_format_is_rejected() -> None:
     res = resolve_image(data_url(encode(16, 16, "BMP"), "image/bmp"), "", "auto", LIMITS)
-    assert "unsupported image format" in res.error
+    assert "unsupported image format" in res.error and res.error_kind == UNSUPPORTED_FORMAT
 
 
 def test_too_many_bytes() -> None:
     data = encode(256, 256)
     limits = Limits(max_image_bytes=len(data) - 1)
     res = resolve_image(data_url(data), "", "auto", limits)
-    assert "too large" in res.error
+    assert "too large" in res.error and res.error_kind == TOO_LARGE
     assert resolve_image(data_url(data), "", "auto", Limits(max_image_bytes=len(data))).error == ""
 
 
@@ -173,5 +180,5 @@ def test_too_many_pixels() -> None:
     data = encode(5000, 5000, "PNG", mode="1")
     assert len(data) < 20_000
     res = resolve_image(data_url(data), "", "auto", Limits(max_image_pixels=4000 * 4000))
-    assert "too large" in res.error
+    assert "too large" in res.error and res.error_kind == TOO_LARGE
     assert "5000x5000" in res.error

@@ -1,5 +1,5 @@
 """The imageres service as a real process: Resolve, and ProxyGenerate in front of a fake worker
-served from inside the test."""
+served from inside the test; and in process, the images it counts by result."""
 
 from __future__ import annotations
 
@@ -13,11 +13,15 @@ from dataclasses import dataclass, field
 
 import grpc
 import pytest
+from imageres.proxy import WorkerChannels
+from imageres.server import ImageResolverServicer
 from PIL import Image
+from support.metric_samples import Delta
 from support.procs import free_port, start_service
 from turnpike import token_bytes
 from turnpike.conversation.v1 import conversation_pb2
 from turnpike.grpc_client import insecure_channel, wait_healthy
+from turnpike.image_resolution import Limits
 from turnpike.imageres.v1 import imageres_pb2, imageres_pb2_grpc
 from turnpike.inference.v1 import inference_pb2, inference_pb2_grpc
 
@@ -292,3 +296,32 @@ async def test_sigterm_exits_cleanly() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+async def test_images_are_counted_by_result() -> None:
+    channels = WorkerChannels()
+    servicer = ImageResolverServicer(Limits(max_image_pixels=512 * 512), channels)
+    bmp = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(bmp, "BMP")
+    expected = {
+        "resolved": [png_data_url(64, 64), png_data_url(100, 50)],
+        "invalid": ["data:image/png;base64,"],
+        "unsupported_source": ["https://example.com/a.png", "ftp://example.com/a.png"],
+        "too_large": [png_data_url(1024, 1024)],
+        "unsupported_format": [
+            "data:image/bmp;base64," + base64.b64encode(bmp.getvalue()).decode()
+        ],
+        "corrupt": ["data:image/png;base64,bm90IGFuIGltYWdl"],
+    }
+    counted = {
+        result: Delta("turnpike_imageres_images_total", result=result) for result in expected
+    }
+    images = [conversation_pb2.Image(url=url) for urls in expected.values() for url in urls]
+    try:
+        reply = await servicer.Resolve(imageres_pb2.ResolveRequest(images=images), None)
+    finally:
+        await channels.close()
+    assert reply.total_tokens == 85 + 85
+    assert {result: delta.change for result, delta in counted.items()} == {
+        result: len(urls) for result, urls in expected.items()
+    }

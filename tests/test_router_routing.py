@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 from router.routing import NoHealthyWorkerError, Worker, WorkerRouter, parse_workers
+from support.metric_samples import Delta, sample
 
 
 class Clock:
@@ -129,3 +130,35 @@ def test_empty_affinity_key_is_not_remembered() -> None:
     assert not any(d.affinity_hit for d in decisions)
     assert {d.worker_id for d in decisions} == {"w1", "w2"}
     assert router.affinity_of("") is None
+
+
+def test_decisions_and_worker_health_are_counted() -> None:
+    decisions = "turnpike_router_decisions_total"
+    hits, fresh = (
+        Delta(decisions, decision="affinity_hit"),
+        Delta(decisions, decision="least_loaded"),
+    )
+    failovers = Delta(decisions, decision="failover")
+
+    def workers(state: str) -> float:
+        return sample("turnpike_router_workers", state=state)
+
+    router = WorkerRouter([Worker(f"w{i}", f"h:{i}") for i in (1, 2, 3)])
+    assert (workers("healthy"), workers("unhealthy")) == (0, 3)  # none checked yet
+    for worker_id in ("w1", "w2", "w3"):
+        router.set_health(worker_id, True)
+    assert (workers("healthy"), workers("unhealthy")) == (3, 0)
+
+    home = router.route("conv", 0).worker_id
+    router.route("conv", 0)
+    router.route("", 0)
+    assert (hits.change, fresh.change, failovers.change) == (1, 2, 0)
+    # Off a worker that went down, and around one the caller excludes: failovers.
+    router.set_health(home, False)
+    assert (workers("healthy"), workers("unhealthy")) == (2, 1)
+    moved = router.route("conv", 0).worker_id
+    router.route("other", 0, exclude=[moved])
+    assert (hits.change, fresh.change, failovers.change) == (1, 2, 2)
+    with pytest.raises(NoHealthyWorkerError):
+        router.route("conv", 0, exclude=["w1", "w2", "w3"])
+    assert failovers.change == 2  # no worker, no decision

@@ -1,4 +1,5 @@
-"""The safety gRPC adapter in-process: which calls leave the event loop for a worker thread.
+"""The safety gRPC adapter in-process: which calls leave the event loop for a worker thread,
+and what its metrics count.
 
 A hop costs more than scoring a few kilobytes, so the fast path scores on the event loop
 unless much text is still to score; texts found in the score cache are not."""
@@ -14,6 +15,7 @@ from safety.engine import SafetyEngine
 from safety.policy import Thresholds
 from safety.server import INLINE_TEXT_CHARS, SafetyServicer
 from safety.state import ConversationStore
+from support.metric_samples import Delta
 from turnpike.conversation.v1.conversation_pb2 import Item
 from turnpike.safety.v1 import safety_pb2
 
@@ -101,3 +103,32 @@ def test_look_up_leaves_only_uncached_texts_to_score(classifier: ProfanityClassi
     assert evidence == engine.analyze([*seen, new], fast=True)
     # Without the fast path nothing comes from the cache.
     assert engine.look_up(seen).chars_to_score == sum(len(i.text) for i in seen)
+
+
+async def test_scores_sources_and_decisions_are_counted(classifier: ProfanityClassifier) -> None:
+    servicer = SafetyServicer(SafetyEngine(classifier, Thresholds(), ConversationStore(10)))
+    scored = "turnpike_safety_texts_scored_total"
+    by_model, from_cache = Delta(scored, source="model"), Delta(scored, source="cache")
+    prefiltered = Delta(scored, source="prefilter")
+    scores, score_sum = Delta("turnpike_safety_score_count"), Delta("turnpike_safety_score_sum")
+    below_block = Delta("turnpike_safety_score_bucket", le="0.95")
+    decisions = "turnpike_safety_decisions_total"
+    allowed, blocked = Delta(decisions, verdict="allow"), Delta(decisions, verdict="block")
+    flagged = Delta(decisions, verdict="flag")
+
+    # A text for the model, and one without a letter: scored 0 before the model.
+    items = [output("o1", 500), Item(kind=Item.FUNCTION_CALL_OUTPUT, id="o2", text="404 {}")]
+    first = await servicer.Classify(request(safety_pb2.FULL, items), None)
+    assert first.verdict == safety_pb2.ALLOW
+    assert (by_model.change, prefiltered.change, from_cache.change) == (1, 1, 0)
+    assert scores.change == below_block.change == 1
+    assert allowed.change == 1
+
+    # Re-sent with a new, profane user message: the first two come from the score cache.
+    rude = Item(kind=Item.MESSAGE, id="m1", role="user", text="fuck you, asshole")
+    second = await servicer.Classify(request(safety_pb2.FULL, [*items, rude]), None)
+    assert second.verdict == safety_pb2.BLOCK
+    assert (by_model.change, prefiltered.change, from_cache.change) == (2, 1, 2)
+    assert scores.change == 2 and below_block.change == 1  # the block scores above 0.95
+    assert score_sum.change == pytest.approx(first.max_score + second.max_score)
+    assert (allowed.change, flagged.change, blocked.change) == (1, 0, 1)

@@ -1,4 +1,5 @@
-"""The tokenizer as a real process over gRPC: render, append, count, errors, clean stop."""
+"""The tokenizer as a real process over gRPC: render, append, count, errors, clean stop; and
+in process, the metrics of what it renders."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import pytest
+from support.metric_samples import Delta
 from support.procs import free_port, start_service
+from tokenizer.render import Renderer
+from tokenizer.server import TokenizerServicer
 from turnpike.conversation.v1.conversation_pb2 import Item, Tool
 from turnpike.grpc_client import insecure_channel, wait_healthy
 from turnpike.tokenizer.v1 import tokenizer_pb2, tokenizer_pb2_grpc
@@ -153,3 +157,18 @@ async def test_sigterm_exits_cleanly(tokenizer: Tokenizer) -> None:
     tokenizer.proc.send_signal(signal.SIGTERM)
     code = await asyncio.to_thread(tokenizer.proc.wait, 10)
     assert code == 0
+
+
+async def test_renders_and_their_tokens_are_counted_by_mode() -> None:
+    servicer = TokenizerServicer(Renderer())
+    renders, tokens = "turnpike_tokenizer_renders_total", "turnpike_tokenizer_tokens_rendered_total"
+    full, full_tokens = Delta(renders, mode="full"), Delta(tokens, mode="full")
+    append, append_tokens = Delta(renders, mode="append"), Delta(tokens, mode="append")
+
+    head = await servicer.Render(
+        tokenizer_pb2.RenderRequest(instructions="Be brief.", tools=TOOLS, items=ITEMS[:3]), None
+    )
+    tail = await servicer.RenderAppend(tokenizer_pb2.RenderAppendRequest(items=ITEMS[3:]), None)
+    assert (full.change, full_tokens.change) == (1, len(head.tokens))
+    assert (append.change, append_tokens.change) == (1, len(tail.tokens))
+    assert len(tail.tokens) > 5000  # the large output, rendered on a worker thread

@@ -73,13 +73,20 @@ def banner(stack: LocalStack) -> str:
 
     # The gateway (what users talk to) first, then the backends in start order.
     ordered = sorted(stack.services, key=lambda spec: spec.kind != "http")
-    rows = [("service", "address", "log")]
+    rows = [("service", "address", "metrics", "log")]
     rows += [
-        (spec.name, stack.config.address(spec.port), shown(stack.log_path(spec.name)))
+        (
+            spec.name,
+            stack.config.address(spec.port),
+            f"{ep.metrics[spec.name]}/metrics",
+            shown(stack.log_path(spec.name)),
+        )
         for spec in ordered
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(2)]
-    table = "\n".join(f"  {r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}" for r in rows)
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    table = "\n".join(
+        f"  {r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}" for r in rows
+    )
     body = '{"model":"turnpike-sim","input":"Say hello"}'
     curl = (
         f"curl -s {ep.base_url}/responses -H 'Authorization: Bearer {ep.api_key}' "
@@ -93,6 +100,7 @@ def banner(stack: LocalStack) -> str:
             "",
             f"  API        {ep.base_url}",
             f"  WebSocket  {ep.ws_url}",
+            f"  dashboard  http://{ep.gateway}/dashboard",
             f"  API key    {ep.api_key}",
             f"  try        {curl}",
             f'  SDK        OpenAI(base_url="{ep.base_url}", api_key="{ep.api_key}")',

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 tracer = trace.get_tracer("turnpike.gateway")
 
-UNTRACED_PATHS = frozenset({"/healthz", "/readyz"})
+UNTRACED_PATHS = frozenset({"/healthz", "/readyz", "/dashboard", "/dashboard/data"})
 
 
 def _untraced(scope: MutableMapping[str, Any]) -> bool:

@@ -13,6 +13,7 @@ from turnpike.image_resolution import Limits, Resolution, resolve_image
 from turnpike.imageres.v1 import imageres_pb2, imageres_pb2_grpc
 from turnpike.inference.v1 import inference_pb2
 
+from imageres import metrics
 from imageres.proxy import WorkerChannels, error_event, relay_generate
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ class ImageResolverServicer(imageres_pb2_grpc.ImageResolverServicer):
     async def _resolve_all(self, images: Iterable[conversation_pb2.Image]) -> list[Resolution]:
         # Decoding is CPU work in Pillow (which releases the GIL), so images of one request
         # are decoded in parallel threads, off the event loop.
-        return list(
+        resolved = list(
             await asyncio.gather(
                 *(
                     asyncio.to_thread(
@@ -48,6 +49,8 @@ class ImageResolverServicer(imageres_pb2_grpc.ImageResolverServicer):
                 )
             )
         )
+        metrics.count(resolved)
+        return resolved
 
     async def Resolve(
         self, request: imageres_pb2.ResolveRequest, context: grpc.aio.ServicerContext

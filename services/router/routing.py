@@ -1,7 +1,8 @@
 """Worker choice: conversation affinity first, then the least loaded healthy worker.
 
 Pure logic (no I/O, injectable clock); the health poller flips ``healthy`` flags and
-the gRPC servicer calls :meth:`WorkerRouter.route`.
+the gRPC servicer calls :meth:`WorkerRouter.route`. Each decision and each change of
+health is counted (``router.metrics``).
 
 - Affinity: a conversation's key maps to the worker that served it, so follow-ups
   land where its prompt prefix is in the KV cache. The map is a bounded LRU. When
@@ -22,6 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from turnpike.lru import LruCache
+
+from router import metrics
 
 PROMPT_TOKENS_PER_LOAD_UNIT = 1024
 
@@ -85,6 +88,7 @@ class WorkerRouter:
         self._load = dict.fromkeys(self._order, 0.0)
         self._routes = dict.fromkeys(self._order, 0)  # entries in _recent per worker
         self._next = 0  # round-robin start for ties
+        self._publish_health()
 
     @property
     def workers(self) -> list[Worker]:
@@ -95,7 +99,13 @@ class WorkerRouter:
         worker = self._workers[worker_id]
         changed = worker.healthy != healthy
         worker.healthy = healthy
+        if changed:
+            self._publish_health()
         return changed
+
+    def _publish_health(self) -> None:
+        healthy = sum(w.healthy for w in self._workers.values())
+        metrics.publish_health(healthy, len(self._workers))
 
     def any_healthy(self) -> bool:
         return any(w.healthy for w in self._workers.values())
@@ -112,18 +122,21 @@ class WorkerRouter:
     ) -> Decision:
         self._expire()  # once per decision: the window also stays bounded under affinity
         excluded = set(exclude)
-        if affinity_key:
-            remembered = self._affinity.peek(affinity_key)
-            if remembered is not None:
-                worker = self._workers[remembered]
-                if worker.healthy and worker.id not in excluded:
-                    self._affinity.get(affinity_key)  # used: now the most recent
-                    self._record(worker.id, prompt_tokens)
-                    return Decision(worker.id, worker.address, affinity_hit=True)
+        remembered = self._affinity.peek(affinity_key) if affinity_key else None
+        if remembered is not None:
+            worker = self._workers[remembered]
+            if worker.healthy and worker.id not in excluded:
+                self._affinity.get(affinity_key)  # used: now the most recent
+                self._record(worker.id, prompt_tokens)
+                metrics.AFFINITY_HIT.inc()
+                return Decision(worker.id, worker.address, affinity_hit=True)
         worker = self._least_loaded(excluded)
         if affinity_key:
             self._affinity.put(affinity_key, worker.id)
         self._record(worker.id, prompt_tokens)
+        # Moved off the conversation's worker, or around one the caller saw fail.
+        failover = remembered is not None or bool(excluded)
+        (metrics.FAILOVER if failover else metrics.LEAST_LOADED).inc()
         return Decision(worker.id, worker.address, affinity_hit=False)
 
     def _least_loaded(self, excluded: set[str]) -> Worker:

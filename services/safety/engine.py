@@ -15,6 +15,7 @@ from enum import Enum
 from turnpike.conversation.v1.conversation_pb2 import Item
 from turnpike.lru import LruCache
 
+from safety import metrics
 from safety.classifier import ProfanityClassifier
 from safety.detectors import detect_credentials
 from safety.policy import (
@@ -153,10 +154,16 @@ class SafetyEngine:
         missing = pending.missing
         found = pending.found
         scores = self.classifier.score_texts([texts[i] for i in missing], pending.fast)
+        observe = metrics.SCORES.observe
+        by_model = 0
         for i, score in zip(missing, scores, strict=True):
             found[i] = (score, tuple(detect_credentials(texts[i])))
             if pending.fast:
                 self.cache.put(pending.keys[i], found[i])
+            if score.chunks:  # a text without chunks never reached the model
+                observe(score.score)
+                by_model += 1
+        metrics.count_texts(by_model, len(missing) - by_model, len(found) - len(missing))
         return [
             ItemEvidence(
                 item_id=item.id,
@@ -190,6 +197,7 @@ class SafetyEngine:
         state = previous.fold(assessment, len(evidence))
         if conversation_id:
             self.store.put(key, state)
+        metrics.DECISION_OF[state.verdict].inc()
         return Outcome(state, assessment, len(evidence))
 
     def classify(

@@ -9,6 +9,7 @@ from typing import TypeVar
 import grpc
 from turnpike.tokenizer.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 
+from tokenizer import metrics
 from tokenizer.render import Renderer, RenderError, text_size
 
 T = TypeVar("T")
@@ -40,6 +41,7 @@ class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
         tokens = await self._run(
             size, context, self._renderer.render, request.instructions, request.tools, request.items
         )
+        metrics.FULL.record(len(tokens))
         return tokenizer_pb2.RenderResponse(
             tokens=tokens, completion_prompt=self._renderer.completion_prompt
         )
@@ -49,6 +51,7 @@ class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
     ) -> tokenizer_pb2.RenderResponse:
         size = text_size("", (), request.items)
         tokens = await self._run(size, context, self._renderer.render_append, request.items)
+        metrics.APPEND.record(len(tokens))
         return tokenizer_pb2.RenderResponse(
             tokens=tokens, completion_prompt=self._renderer.completion_prompt
         )

@@ -51,6 +51,7 @@ class Resolution:
     tokens: int = 0
     sha256: str = ""  # "sha256:<hex>" of the decoded bytes
     error: str = ""
+    error_kind: str = ""  # one of ERROR_KINDS when there is an error
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,23 @@ class Limits:
     max_image_pixels: int = 8192 * 8192
 
 
+# What went wrong with an image, in a word (``Resolution.error_kind``): few and fixed, so
+# they can label metrics.
+INVALID = "invalid"  # the request is malformed: bad detail, data URL or base64, no source
+UNSUPPORTED_SOURCE = "unsupported_source"  # a remote URL, another scheme, a file id
+TOO_LARGE = "too_large"  # over the byte or pixel limit
+UNSUPPORTED_FORMAT = "unsupported_format"  # an image, not png, jpeg, gif or webp
+CORRUPT = "corrupt"  # not an image, or data that does not decode
+ERROR_KINDS = (INVALID, UNSUPPORTED_SOURCE, TOO_LARGE, UNSUPPORTED_FORMAT, CORRUPT)
+
+
 class ImageError(ValueError):
-    """A problem with one image; its message goes into that image's ``error``."""
+    """A problem with one image; its message goes into that image's ``error``, its kind
+    (one of ``ERROR_KINDS``) into ``error_kind``."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def high_detail_tokens(width: int, height: int) -> int:
@@ -84,7 +100,7 @@ def resolve_detail(detail: str, width: int, height: int) -> str:
     """The detail actually used: "low" or "high". Empty means "auto"."""
     detail = detail or "auto"
     if detail not in DETAILS:
-        raise ImageError(f"invalid detail {detail!r}: expected one of low, high, auto")
+        raise ImageError(f"invalid detail {detail!r}: expected one of low, high, auto", INVALID)
     if detail == "auto":
         return "low" if width <= AUTO_LOW_MAX_SIDE and height <= AUTO_LOW_MAX_SIDE else "high"
     return detail
@@ -103,23 +119,23 @@ def decode_data_url(url: str, max_bytes: int) -> bytes:
     """The bytes of a ``data:`` URL (base64 or percent-encoded), bounded by ``max_bytes``."""
     header, sep, payload = url.partition(",")
     if not sep:
-        raise ImageError("malformed data URL: missing ','")
+        raise ImageError("malformed data URL: missing ','", INVALID)
     params = header[len("data:") :].split(";")
     if params[-1].strip().lower() == "base64":
         raw = _WHITESPACE.sub(b"", payload.encode("ascii", errors="replace"))
         # Refuse before decoding: the base64 text already tells the decoded size.
         if len(raw) // 4 * 3 > max_bytes + 2:
-            raise ImageError(f"image is too large (limit {max_bytes} bytes)")
+            raise ImageError(f"image is too large (limit {max_bytes} bytes)", TOO_LARGE)
         try:
             data = base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError) as exc:
-            raise ImageError(f"invalid base64 in data URL: {exc}") from None
+            raise ImageError(f"invalid base64 in data URL: {exc}", INVALID) from None
     else:
         data = urllib.parse.unquote_to_bytes(payload)
     if len(data) > max_bytes:
-        raise ImageError(f"image is too large ({len(data)} bytes, limit {max_bytes})")
+        raise ImageError(f"image is too large ({len(data)} bytes, limit {max_bytes})", TOO_LARGE)
     if not data:
-        raise ImageError("data URL is empty")
+        raise ImageError("data URL is empty", INVALID)
     return data
 
 
@@ -130,14 +146,16 @@ def inspect_image(data: bytes, max_pixels: int) -> tuple[str, int, int]:
             mime = SUPPORTED_FORMATS.get(img.format or "")
             if mime is None:
                 raise ImageError(
-                    f"unsupported image format {img.format}: expected png, jpeg, gif or webp"
+                    f"unsupported image format {img.format}: expected png, jpeg, gif or webp",
+                    UNSUPPORTED_FORMAT,
                 )
             width, height = img.size
             if width <= 0 or height <= 0:
-                raise ImageError("image has no pixels")
+                raise ImageError("image has no pixels", CORRUPT)
             if width * height > max_pixels:
                 raise ImageError(
-                    f"image is too large ({width}x{height} pixels, limit {max_pixels} pixels)"
+                    f"image is too large ({width}x{height} pixels, limit {max_pixels} pixels)",
+                    TOO_LARGE,
                 )
             if img.format == "JPEG":
                 # JPEG can decode at 1/8 scale: the whole stream is still parsed (so
@@ -147,13 +165,13 @@ def inspect_image(data: bytes, max_pixels: int) -> tuple[str, int, int]:
     except ImageError:
         raise
     except Image.DecompressionBombError:
-        raise ImageError(f"image is too large (limit {max_pixels} pixels)") from None
+        raise ImageError(f"image is too large (limit {max_pixels} pixels)", TOO_LARGE) from None
     except UnidentifiedImageError:
-        raise ImageError("data is not a recognised image") from None
+        raise ImageError("data is not a recognised image", CORRUPT) from None
     except Exception as exc:
         # Pillow's decoders report corrupt or truncated data with many exception types
         # (OSError, SyntaxError, ValueError, struct.error...); all mean "not a valid image".
-        raise ImageError(f"image data is corrupt: {exc}") from None
+        raise ImageError(f"image data is corrupt: {exc}", CORRUPT) from None
     return mime, width, height
 
 
@@ -162,24 +180,24 @@ def resolve_image(url: str, file_id: str, detail: str, limits: Limits) -> Resolu
     try:
         return _resolve(url, file_id, detail, limits)
     except ImageError as exc:
-        return Resolution(error=str(exc))
+        return Resolution(error=str(exc), error_kind=exc.kind)
 
 
 def _resolve(url: str, file_id: str, detail: str, limits: Limits) -> Resolution:
     if detail and detail not in DETAILS:
-        raise ImageError(f"invalid detail {detail!r}: expected one of low, high, auto")
+        raise ImageError(f"invalid detail {detail!r}: expected one of low, high, auto", INVALID)
     if not url:
         if file_id:
             # There is no file store yet, so every file id is unknown.
-            raise ImageError(f"file '{file_id}' not found")
-        raise ImageError("image has neither url nor file_id")
+            raise ImageError(f"file '{file_id}' not found", UNSUPPORTED_SOURCE)
+        raise ImageError("image has neither url nor file_id", INVALID)
     scheme = url.split(":", 1)[0].strip().lower() if ":" in url else ""
     if scheme in ("http", "https"):
         # Fetching arbitrary URLs from inside the cluster is a server-side request forgery
         # risk and an unbounded latency source; clients must inline images.
-        raise ImageError("remote image URLs are not fetched")
+        raise ImageError("remote image URLs are not fetched", UNSUPPORTED_SOURCE)
     if scheme != "data":
-        raise ImageError("image url must be a data: URL")
+        raise ImageError("image url must be a data: URL", UNSUPPORTED_SOURCE)
     data = decode_data_url(url, limits.max_image_bytes)
     mime, width, height = inspect_image(data, limits.max_image_pixels)
     used = resolve_detail(detail, width, height)

@@ -60,10 +60,15 @@ class Backends:
             raise ValueError("every worker serves the simulator backend")
         self._by_name = dict(by_name)
 
+    @staticmethod
+    def name_for(request: inference_pb2.GenerateRequest) -> str:
+        """The backend name the request asks for (empty: the simulator)."""
+        return request.backend or SIMULATOR
+
     def for_request(self, request: inference_pb2.GenerateRequest) -> Backend:
         """The backend named by the request; raises ``InvalidRequestError`` for a name
         that is not a backend at all."""
-        name = request.backend or SIMULATOR
+        name = self.name_for(request)
         backend = self._by_name.get(name)
         if backend is not None:
             return backend

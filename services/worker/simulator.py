@@ -36,6 +36,7 @@ from turnpike import ids, token_bytes
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.vocab import harmony_encoding
 
+from worker import metrics
 from worker.answers import AnswerError, FunctionCallAnswer, plan_answer
 from worker.backends import InvalidRequestError, error_event
 from worker.pacing import Chunk, paced, token_chunks
@@ -126,6 +127,7 @@ class SimulatorBackend:
 
         prompt = token_bytes.unpack(request.prompt)
         cached = self.cache.lookup_and_insert(prompt, namespace=request.model)
+        metrics.SIMULATOR_PREFIX_CACHE.lookup(cached)
         input_tokens = len(prompt) + request.image_tokens
         prefill_s = request.ttft_ms / 1000 + (input_tokens - cached) / (
             request.prefill_tokens_per_second

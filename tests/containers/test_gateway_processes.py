@@ -10,7 +10,9 @@ import time
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from support.gateway_process import start_gateway, stop
+from support.procs import free_port
 from websockets.sync.client import connect as ws_connect
 
 pytestmark = pytest.mark.stack
@@ -96,7 +98,13 @@ def sockets(pid: int) -> int:
 
 
 def test_one_port_served_by_two_processes(stack, redis_url):
-    proc, base = start_gateway(stack, TURNPIKE_REDIS_URL=redis_url, TURNPIKE_GATEWAY_PROCESSES="2")
+    metrics_port = free_port()
+    proc, base = start_gateway(
+        stack,
+        TURNPIKE_REDIS_URL=redis_url,
+        TURNPIKE_GATEWAY_PROCESSES="2",
+        TURNPIKE_GATEWAY_METRICS_PORT=str(metrics_port),
+    )
     try:
         deadline = time.monotonic() + 30
         while len(workers := serving_processes(proc.pid)) < 2 and time.monotonic() < deadline:
@@ -118,6 +126,16 @@ def test_one_port_served_by_two_processes(stack, redis_url):
             for http in clients:
                 http.close()
         assert all(after[pid] > before[pid] for pid in workers), (before, after)
+        # One /metrics for the gateway, summing what every process recorded.
+        page = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+        families = {f.name: f for f in text_string_to_metric_families(page)}
+        completed = [
+            s.value
+            for s in families["turnpike_gateway_responses"].samples
+            if s.labels["outcome"] == "completed"
+        ]
+        assert sum(completed) == 16
+        assert [s.value for s in families["turnpike_gateway_active_responses"].samples] == [0]
     finally:
         stop(proc)
     assert proc.returncode == 0 and not any(os.path.exists(f"/proc/{pid}") for pid in workers)
