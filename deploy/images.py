@@ -4,9 +4,11 @@ registry.
 1. Third-party images named in .env. One that is here is used as it is; one that is
    missing is pulled; one that cannot be pulled is built here as a stand-in under the
    same name, from Debian bookworm packages (debootstrap, then ``docker import``):
-   ``PYTHON_IMAGE`` (minbase + Debian's python3, 3.11) and ``REDIS_IMAGE`` (minbase +
-   ``redis-server``). ``JAEGER_IMAGE`` cannot be built that way; without it the stack
-   runs without Jaeger (``make up`` says so).
+   ``PYTHON_IMAGE`` (minbase + Debian's python3, 3.11), ``REDIS_IMAGE`` (minbase +
+   ``redis-server``), ``PROMETHEUS_IMAGE`` (minbase + ``prometheus``, promtool included)
+   and ``CHROMIUM_IMAGE`` (chromium and chromium-driver: the dashboard's browser test,
+   not part of the stack). ``JAEGER_IMAGE`` cannot be built that way; without it the
+   stack runs without Jaeger (``make up`` says so).
 2. The wheels of every pinned package the services need (deploy/requirements/), for
    Linux x86-64 and CPython 3.11, downloaded into deploy/.build/wheels when the pins
    change.
@@ -234,7 +236,7 @@ def build_standin(standin: StandIn, image: str) -> None:
     rootfs.parent.mkdir(parents=True, exist_ok=True)
     say(
         f"{image}: building a stand-in from Debian {DEBIAN_SUITE} packages: minbase + "
-        f"{', '.join(standin.packages)} (debootstrap, about a minute)"
+        f"{', '.join(standin.packages)} (debootstrap: a minute, a few for a large one)"
     )
     begin = time.monotonic()
     command = [
