@@ -68,7 +68,7 @@ FULL = Plan()
 QUICK = Plan(loops=(1, 4), turns=4, min_turns=8, stagger_s=0.1)
 
 
-def _ints(text: str) -> tuple[int, ...]:
+def positive_ints(text: str) -> tuple[int, ...]:
     values = tuple(int(x) for x in text.split(",") if x.strip())
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError("a comma-separated list of positive integers")
@@ -90,7 +90,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         DEFAULT_OUT,
         quick="1 and 4 loops, 4 turns",
     )
-    parser.add_argument("--loops", type=_ints, help="loops at once, swept (1,10,25,50,100)")
+    parser.add_argument("--loops", type=positive_ints, help="loops at once, swept (1,10,25,50,100)")
     parser.add_argument("--transports", type=_transports, help="websocket,http (both)")
     parser.add_argument("--turns", type=int, help="turns per rollout (25; at least 2)")
     parser.add_argument("--min-turns", type=int, help="turns per cell, at least (200)")
@@ -188,11 +188,12 @@ async def sweep(
     return {"warmup_errors": warmup_errors, "idle_cpu_ms_per_s": idle, "cells": cells}
 
 
-def command_line(argv: list[str]) -> str:
-    """How to run it again (the note left out: it describes this run's machine)."""
+def command_line(argv: list[str], make_target: str = "bench-load") -> str:
+    """How to run it again, as ``make <make_target>`` (the note left out: it describes
+    this run's machine)."""
     kept = [a for i, a in enumerate(argv) if a != "--note" and (i == 0 or argv[i - 1] != "--note")]
     kept = [a for a in kept if not a.startswith("--note=")]
-    return "make bench-load" + (f" BENCH_ARGS={shlex.quote(shlex.join(kept))}" if kept else "")
+    return f"make {make_target}" + (f" BENCH_ARGS={shlex.quote(shlex.join(kept))}" if kept else "")
 
 
 def _version(package: str) -> str:

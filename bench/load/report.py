@@ -98,8 +98,18 @@ def error_rows(cells: list[dict[str, Any]]) -> list[list[str]]:
     ]
 
 
+def run_line(data: dict[str, Any], more: str = "") -> str:
+    """When and on what a run was made, in italics (``more`` added at its end)."""
+    m = data["machine"]
+    return (
+        f"_{data['mode']} run, {data['date']}, {data['duration_s']:.0f} s; "
+        f"{m['cpu_count']} CPUs, {m['implementation']} {m['python']} ({m['platform']}); "
+        f"load average before {m['loadavg_start']} and after {m['loadavg_end']}{more}._"
+    )
+
+
 def markdown(data: dict[str, Any]) -> str:
-    p, m, cells = data["params"], data["machine"], data["cells"]
+    p, cells = data["params"], data["cells"]
     lines = [
         "# Load: agent loops at once, as operators see them",
         "",
@@ -110,10 +120,7 @@ def markdown(data: dict[str, Any]) -> str:
             else " against a stack started by `make run`."
         ),
         "",
-        f"_{data['mode']} run, {data['date']}, {data['duration_s']:.0f} s; "
-        f"{m['cpu_count']} CPUs, {m['implementation']} {m['python']} ({m['platform']}); "
-        f"load average before {m['loadavg_start']} and after {m['loadavg_end']}; "
-        f"{data['stack']}._",
+        run_line(data, f"; {data['stack']}"),
         "",
     ]
     if data.get("note"):

@@ -9,6 +9,7 @@ import os
 import shutil
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -104,10 +105,10 @@ def running(base_url: str, api_key: str, router: str, command: str = "make bench
     return target
 
 
-def start_local() -> Target:
+def start_local(extra_env: Mapping[str, str] | None = None) -> Target:
     """A fresh private stack (``StackConfig.private``; devstack's own wiring allows the
-    pipeline header)."""
-    local = LocalStack(StackConfig.private())
+    pipeline header), every process given ``extra_env`` too."""
+    local = LocalStack(StackConfig.private(extra_env=extra_env))
     local.start()
     ep = local.endpoints
     return Target(
