@@ -7,7 +7,8 @@ PY     := $(VENV)/bin/python
 PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv protos ports run test lint format lock clean images up down logs ps bench-services bench bench-load
+.PHONY: help venv protos ports run test lint format lock clean images up down logs ps bench-services bench bench-load \
+	bench-fairness bench-overload
 
 help:
 	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1)"
@@ -20,6 +21,8 @@ help:
 	@echo "make bench-services  benchmark each backend service (results in bench/results/services/)"
 	@echo "make bench   the agent-loop benchmark against a stack started by make run (bench/results/)"
 	@echo "make bench-load  1 to 100 agent loops at once over raw WebSocket and HTTP/SSE (bench/results/load.*)"
+	@echo "make bench-fairness  one tenant's agent loops, alone and while another floods (bench/results/fairness.*)"
+	@echo "make bench-overload  300 and 600 long streams at once, shedding off and on (bench/results/overload.*)"
 
 # The virtual environment is rebuilt whenever the lock file changes.
 $(VENV)/.installed: requirements.lock pyproject.toml
@@ -83,6 +86,16 @@ bench: venv
 # (a few minutes; BENCH_ARGS=--quick for a smoke run, --start-stack to start one).
 bench-load: venv
 	$(PY) -m bench.load $(BENCH_ARGS)
+
+# Tenants and admission, each on stacks of its own (BENCH_ARGS=--quick for a smoke run).
+# Fairness: tenant A's agent loops alone, then while tenant B floods at 20x its request
+# limit (about 2 minutes). Overload: 300 and 600 requests of ~2,000 tokens at once, shedding
+# off and on, and the capacity sweep the in-flight bound comes from (about 5 minutes).
+bench-fairness: venv
+	$(PY) -m bench.admission.fairness $(BENCH_ARGS)
+
+bench-overload: venv
+	$(PY) -m bench.admission.overload $(BENCH_ARGS)
 
 lint: venv
 	$(PY) -m ruff check .
