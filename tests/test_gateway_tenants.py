@@ -1,6 +1,6 @@
 """Tenants and their keys (gateway.tenants): the tenants file and its errors, each naming
 its line; key lookups; model allow-lists; budget periods; reload; the mint and check
-commands."""
+commands; and real gateway processes started with a bad file and with a good one."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
+import httpx
 import jsonschema
 import pytest
 from gateway.errors import ApiError
@@ -31,6 +34,8 @@ from gateway.tenants import (
     main,
     reload_on_sighup,
 )
+from support.gateway_process import start_gateway, stop
+from test_config_errors import assert_configuration_error, run_with
 from turnpike.config import ConfigError, GatewaySettings
 
 ACME_KEY = "sk-turnpike-acme-test-key"
@@ -416,3 +421,56 @@ def test_check_says_what_the_gateway_would_say(tmp_path):
         f"gateway: configuration error: TURNPIKE_TENANTS_FILE={bad} line 14: "
         "tenants: duplicate key 'beta' (first on line 10)"
     )
+
+
+# -- a real gateway process ----------------------------------------------------------------
+
+
+def test_a_gateway_with_a_bad_file_exits_2_naming_the_line(tmp_path):
+    path = write(tmp_path, GOOD.replace("requests_per_minute: 60\n", "requests_per_minute: -5\n"))
+    code, err = run_with("gateway", {"TURNPIKE_TENANTS_FILE": path})
+    assert_configuration_error(
+        "gateway", code, err, f"TURNPIKE_TENANTS_FILE={path} line 13:", "minimum of 0"
+    )
+
+
+# Backends nobody listens on: the keys are checked before any of them is called.
+NO_BACKENDS = SimpleNamespace(
+    **dict.fromkeys(("safety", "tokenizer", "router", "billing", "imageres"), "127.0.0.1:9")
+)
+
+
+def test_a_gateway_with_a_good_file_takes_its_keys_and_reloads_on_sighup(tmp_path, capsys):
+    main(["mint", "acme"])
+    key, line = capsys.readouterr().out.splitlines()
+    path = write(tmp_path, f"tenants:\n  acme:\n    keys:\n      {line}\n")
+    proc, base = start_gateway(
+        NO_BACKENDS, ready_path="/healthz", TURNPIKE_API_KEYS="", TURNPIKE_TENANTS_FILE=path
+    )
+
+    def status(api_key: str) -> int:
+        url = f"{base}/v1/responses/resp_none"
+        return httpx.get(url, headers={"Authorization": f"Bearer {api_key}"}, timeout=5).status_code
+
+    try:
+        assert status(key) == 404  # past the key check: no such response
+        assert status("sk-turnpike-dev") == 401
+        assert status(BETA_KEY) == 401
+        # A new tenant, and a reload.
+        write(
+            tmp_path, f"tenants:\n  acme:\n    keys:\n      {line}\n  beta:\n    keys: [{BETA}]\n"
+        )
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while status(BETA_KEY) != 404:
+            assert time.monotonic() < deadline, "SIGHUP did not reload the tenants file"
+            time.sleep(0.1)
+        # A bad file on reload: the gateway keeps serving with what it had.
+        write(tmp_path, "tenants:\n  acme: [\n")
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert proc.poll() is None
+        assert status(key) == 404 and status(BETA_KEY) == 404
+    finally:
+        stop(proc)
+    assert proc.returncode in (0, -signal.SIGTERM)

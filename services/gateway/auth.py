@@ -3,27 +3,9 @@ malformed or unknown key. Which tenant a key belongs to is gateway.tenants' busi
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from gateway.errors import ApiError, unauthorized
-
-
-class ApiKeys:
-    def __init__(self, keys: Iterable[tuple[str, str]]) -> None:
-        """``keys``: (key, tenant) pairs, as ``turnpike.config.parse_api_keys`` reads them."""
-        # Encoded once: every request compares its token with each of them.
-        self._keys = [(key.encode(), tenant) for key, tenant in keys]
-
-    def tenant_for(self, headers: Mapping[str, str]) -> str:
-        """The caller's tenant, or an ApiError(401)."""
-        token = bearer_token(headers)
-        presented = token.encode()
-        for key, tenant in self._keys:
-            # Constant-time comparison: key checks must not leak prefixes through timing.
-            if hmac.compare_digest(key, presented):
-                return tenant
-        raise unknown_key(token)
 
 
 def bearer_token(headers: Mapping[str, str]) -> str:
@@ -52,4 +34,4 @@ def redact(token: str) -> str:
     return f"{token[:4]}{'*' * 8}{token[-4:]}"
 
 
-__all__ = ["ApiKeys", "bearer_token", "redact", "unknown_key"]
+__all__ = ["bearer_token", "redact", "unknown_key"]
