@@ -35,6 +35,7 @@ from gateway.tenants import (
     reload_on_sighup,
 )
 from support.gateway_process import start_gateway, stop
+from support.procs import REPO_ROOT
 from test_config_errors import assert_configuration_error, run_with
 from turnpike.config import ConfigError, GatewaySettings
 
@@ -89,8 +90,12 @@ def test_a_good_file_gives_each_tenant_its_limits(tmp_path):
     assert directory.limits("beta") == TenantLimits(requests_per_minute=60)
 
 
-def test_the_shipped_schema_is_valid():
+def test_the_shipped_schema_is_valid_and_the_example_file_loads():
     jsonschema.Draft202012Validator.check_schema(json.loads(SCHEMA_PATH.read_text()))
+    table = load_file(str(REPO_ROOT / "deploy" / "tenants.example.yaml"))
+    assert list(table.limits) == ["acme", "beta", "retired"]
+    assert table.limits["acme"].token_budget == TokenBudget(10_000_000, "day")
+    assert table.hashes_by_tenant()["retired"] == set()
 
 
 # -- the file: each error names its line ---------------------------------------------------
