@@ -36,6 +36,8 @@ ROOTS = {
         "pillow",
         "redis",
         "async-timeout",
+        "pyyaml",
+        "jsonschema",
     ],
     "safety": ["alt-profanity-check"],
     "tokenizer": ["openai-harmony", "bpe-openai"],
