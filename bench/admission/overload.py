@@ -41,7 +41,7 @@ TARGET_REJECT_MS = 1000.0
 @dataclass(frozen=True)
 class Plan:
     concurrency: tuple[int, ...] = (300, 600)
-    sweep: tuple[int, ...] = (8, 16, 32, 48, 64, 96, 128, 192)
+    sweep: tuple[int, ...] = (8, 16, 32, 48, 64, 96, 128, 192, 256)
     sweep_reps: int = 2  # bursts per N, their streams pooled
     output_tokens: int = 2000
     model: str = "turnpike-sim"
@@ -529,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         "12 and 24 requests of 200 tokens, shedding at 4 in flight, a sweep of 2 and 4",
     )
     parser.add_argument("--requests", type=positive_ints, help="N at once (300,600)")
-    parser.add_argument("--sweep", type=positive_ints, help="streams (8,16,32,48,64)")
+    parser.add_argument("--sweep", type=positive_ints, help="streams at once, swept (8,16,...,256)")
     parser.add_argument("--tokens", type=int, help="output tokens asked for (2000)")
     parser.add_argument(
         "--max-in-flight", type=int, help="the shedding stack's bound (the gateway's default)"
