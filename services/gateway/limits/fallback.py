@@ -52,7 +52,7 @@ class FallbackLimiter:
             return
         log.warning(
             "limits: Redis unreachable (%s); enforcing limits per process until it answers "
-            "again (checked every %.0f s)",
+            "again (checked every %g s)",
             err,
             self._retry_s,
         )

@@ -205,7 +205,9 @@ class RedisLimiter:
             async with asyncio.timeout(self._timeout):
                 return await run()
         except (RedisError, OSError, TimeoutError) as err:
-            raise LimiterUnavailable(f"redis {operation} failed: {err!r}") from err
+            raise LimiterUnavailable(
+                f"redis {operation} failed: {type(err).__name__}: {err}"
+            ) from err
 
     async def admit(self, tenant: str, limits: TenantLimits, estimated_tokens: int) -> Admission:
         estimate = max(0, int(estimated_tokens))
