@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from devstack.environment import stack_endpoints
 from devstack.layout import StackConfig
-from gateway.auth import ApiKeys
+from gateway.tenants import TenantDirectory
 from turnpike.config import ConfigError, GatewaySettings, parse_api_keys
 
 
@@ -39,7 +39,7 @@ def test_a_malformed_setting_is_refused_naming_the_variable_not_the_key(spec, pr
 
 
 def test_the_gateway_maps_keys_to_tenants():
-    keys = ApiKeys(parse_api_keys("k1:acme,k2:acme,k3:bob"))
+    keys = TenantDirectory.from_api_keys("k1:acme,k2:acme,k3:bob")
     tenants = [keys.tenant_for({"authorization": f"Bearer {k}"}) for k in ("k1", "k2", "k3")]
     assert tenants == ["acme", "acme", "bob"]
 

@@ -158,10 +158,9 @@ async def test_the_stream_interval_is_a_setting(start_worker, interval_ms, per_t
         events = [e async for e in stub.Generate(request(tps=1000.0, items=long_answer))]
     deltas = [e.delta for e in events if e.HasField("delta")]
     tokens = events[-1].finished.usage.output_tokens
+    # (What the first delta holds depends on how late a busy machine wakes the pacer;
+    # tests/test_worker_pacing.py checks it on a clock of its own.)
     assert sum(d.tokens for d in deltas) == tokens > 100
-    # The first delta is what is due when the first token is: one token, or a few when
-    # a busy machine wakes the pacer late (it never waits to fill a delta).
-    assert deltas[0].tokens <= 5
     if per_token:
         assert len(deltas) > tokens / 3  # a late wake-up may find two or three due
     else:

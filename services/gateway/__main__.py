@@ -17,12 +17,15 @@ import uvicorn
 from turnpike import metrics
 from turnpike.config import GatewaySettings, exit_on_config_error
 
+from gateway.tenants import TenantDirectory
+
 
 def main() -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = GatewaySettings()  # every setting read (and checked) before serving
+    TenantDirectory.from_settings(settings)  # and the tenants file: a bad one stops here
     shared_folder = None
     if settings.processes > 1:
         # Set before uvicorn starts its processes, which read it when they import

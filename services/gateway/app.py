@@ -18,6 +18,7 @@ from gateway import dashboard_api, http_api, ws_api
 from gateway.errors import ApiError, invalid, server_error, store_unavailable
 from gateway.json_response import JSONResponse
 from gateway.store import StoreUnavailable
+from gateway.tenants import reload_on_sighup
 from gateway.tracing import FASTAPI_TELEMETRY
 from gateway.turn_metrics import OVERHEAD_HEADER
 from gateway.wiring import Gateway
@@ -36,7 +37,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         gateway = Gateway.build(settings)
         await gateway.start()
         app.state.gateway = gateway
-        yield
+        with reload_on_sighup(gateway.keys):  # the tenants file, re-read
+            yield
         await gateway.stop()
         telemetry.shutdown_tracing()
 

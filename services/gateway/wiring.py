@@ -7,10 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from turnpike.config import GatewaySettings, parse_api_keys
+from turnpike.config import GatewaySettings
 from turnpike.image_resolution import Limits
 
-from gateway.auth import ApiKeys
 from gateway.backends import Backends
 from gateway.billing_outbox import BillingOutbox
 from gateway.engine import ResponseEngine
@@ -20,6 +19,7 @@ from gateway.stages import Resources
 from gateway.store import ResponseStore
 from gateway.store_memory import InMemoryResponseStore
 from gateway.store_redis import RedisResponseStore
+from gateway.tenants import TenantDirectory
 from gateway.token_cache import TokenCache
 
 PIPELINE_HEADER = "x-turnpike-pipeline"
@@ -28,7 +28,7 @@ PIPELINE_HEADER = "x-turnpike-pipeline"
 @dataclass
 class Gateway:
     settings: GatewaySettings
-    keys: ApiKeys
+    keys: TenantDirectory  # who calls (tenant_for) and their limits
     backends: Backends
     store: ResponseStore
     outbox: BillingOutbox
@@ -36,6 +36,7 @@ class Gateway:
 
     @classmethod
     def build(cls, settings: GatewaySettings) -> Gateway:
+        keys = TenantDirectory.from_settings(settings)  # first: a bad tenants file opens nothing
         backends = Backends(settings.endpoints, settings.backend_timeout_s)
         store: ResponseStore
         if settings.redis_url:
@@ -51,7 +52,6 @@ class Gateway:
             TokenCache(settings.token_cache_tokens),
             Limits(images.max_image_bytes, images.max_image_pixels),
         )
-        keys = ApiKeys(parse_api_keys(settings.api_keys))  # (key, tenant) pairs
         return cls(settings, keys, backends, store, outbox, ResponseEngine(resources, outbox))
 
     async def start(self) -> None:

@@ -122,6 +122,16 @@ def env_list(name: str, default: str) -> list[str]:
 DEV_API_KEY = "sk-turnpike-dev"
 DEFAULT_API_KEYS = f"{DEV_API_KEY}:dev"
 API_KEYS_VARIABLE = "TURNPIKE_API_KEYS"
+# A YAML file of tenants, their key hashes and limits (gateway.tenants); it replaces
+# TURNPIKE_API_KEYS.
+TENANTS_FILE_VARIABLE = "TURNPIKE_TENANTS_FILE"
+
+
+def _default_api_keys() -> str:
+    """``TURNPIKE_API_KEYS`` as set; unset, the development key, unless a tenants file
+    replaces the keys (the file alone says who may call)."""
+    tenants_file = os.environ.get(TENANTS_FILE_VARIABLE, "").strip()
+    return env_str(API_KEYS_VARIABLE, "" if tenants_file else DEFAULT_API_KEYS)
 
 
 def parse_api_keys(spec: str) -> list[tuple[str, str]]:
@@ -249,7 +259,10 @@ class GatewaySettings:
     )
     # "key:tenant" pairs, comma separated (parse_api_keys). The development key works
     # out of the box.
-    api_keys: str = field(default_factory=lambda: env_str(API_KEYS_VARIABLE, DEFAULT_API_KEYS))
+    api_keys: str = field(default_factory=_default_api_keys)
+    # The tenants file (gateway.tenants: key hashes and limits per tenant), read at start
+    # and on SIGHUP. Set, it replaces api_keys, which must then be empty or unset.
+    tenants_file: str = field(default_factory=lambda: env_str(TENANTS_FILE_VARIABLE, "").strip())
     default_model: str = field(
         default_factory=lambda: env_str("TURNPIKE_DEFAULT_MODEL", "turnpike-sim")
     )
@@ -311,7 +324,15 @@ class GatewaySettings:
     images: ImageresSettings = field(default_factory=ImageresSettings)
 
     def __post_init__(self) -> None:
-        parse_api_keys(self.api_keys)  # refused at start-up, not at the first request
+        if self.tenants_file:
+            if self.api_keys.strip():
+                raise ConfigError.invalid(
+                    TENANTS_FILE_VARIABLE,
+                    self.tenants_file,
+                    f"the tenants file replaces {API_KEYS_VARIABLE}: set only one of them",
+                )
+        else:
+            parse_api_keys(self.api_keys)  # refused at start-up, not at the first request
         if self.processes < 1:
             raise ConfigError.invalid(
                 GATEWAY_PROCESSES_VARIABLE, str(self.processes), "must be at least 1"

@@ -23,6 +23,7 @@ ROOTS = {
         "opentelemetry-sdk",
         "opentelemetry-exporter-otlp-proto-grpc",
         "opentelemetry-instrumentation-grpc",
+        "prometheus-client",
     ],
     # async-timeout: redis needs it on the images' Python (Debian's 3.11.2), not on ours.
     "gateway": [
@@ -35,6 +36,8 @@ ROOTS = {
         "pillow",
         "redis",
         "async-timeout",
+        "pyyaml",
+        "jsonschema",
     ],
     "safety": ["alt-profanity-check"],
     "tokenizer": ["openai-harmony", "bpe-openai"],
