@@ -19,9 +19,9 @@ from gateway.limits import (
     format_duration,
 )
 from gateway.limits.core import ConnectionSlot, Ticket
+from gateway.tenants import TenantLimits, TokenBudget
 from support.metric_samples import Delta, sample
 from support.procs import free_port
-from support.tenant_limits import TenantLimits, TokenBudget
 
 NOON = datetime(2025, 3, 12, 12, 0, tzinfo=UTC).timestamp()  # a Wednesday
 
