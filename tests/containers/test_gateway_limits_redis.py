@@ -1,7 +1,11 @@
 """RedisLimiter on a real redis-server: two limiters (as two gateway processes) share a
 tenant's limits exactly, every key expires so an idle tenant leaves nothing behind, the
 slot of a holder that died frees itself when its lease ends, and FallbackLimiter keeps
-serving when Redis is stopped mid-run, then shares the limits again once it is back."""
+serving when Redis is stopped mid-run, then shares the limits again once it is back.
+
+The limiters here wait longer for Redis than the gateway's default (0.2 s): on a busy
+machine a cold burst of connections can take longer, and these tests are about sharing
+and leases, not about how long to wait (tests/test_gateway_limits.py times that)."""
 
 from __future__ import annotations
 
@@ -13,10 +17,10 @@ from urllib.parse import urlsplit
 
 import pytest
 from gateway.limits import FallbackLimiter, RedisLimiter
+from gateway.tenants import TenantLimits, TokenBudget
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 from support.metric_samples import Delta
-from support.tenant_limits import TenantLimits, TokenBudget
 
 
 @pytest.fixture
@@ -34,7 +38,7 @@ async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 @pytest.fixture
 async def pair(redis_url: str) -> AsyncIterator[tuple[RedisLimiter, RedisLimiter]]:
     """Two limiters on one Redis, as two gateway processes have."""
-    a, b = RedisLimiter(redis_url), RedisLimiter(redis_url)
+    a, b = RedisLimiter(redis_url, timeout_s=2), RedisLimiter(redis_url, timeout_s=2)
     yield a, b
     await a.close()
     await b.close()
@@ -61,7 +65,8 @@ async def test_two_limiters_share_the_requests_exactly(pair, tenant):
     assert sum(answer.allowed for answer in answers) == 20
     refused = [answer for answer in answers if not answer.allowed]
     assert {answer.reason for answer in refused} == {"requests"}
-    assert refused[-1].retry_after_s == pytest.approx(3.0, abs=0.2)  # one every 3 s
+    # One more every 3 s (less what refilled while the burst ran).
+    assert 2.0 < refused[-1].retry_after_s <= 3.0
     assert refused[-1].headers["x-ratelimit-remaining-requests"] == "0"
 
 
@@ -84,7 +89,7 @@ async def test_two_limiters_share_tokens_budget_and_slots(pair, tenant):
     }
     refused = await b.admit(tenant, limits, 600)
     assert refused.reason == "tokens"
-    assert refused.retry_after_s == pytest.approx(12.0, abs=0.2)
+    assert refused.retry_after_s == pytest.approx(12.0, abs=0.5)
     # Two responses in flight, one from each limiter: a third waits for a slot.
     small = await b.admit(tenant, limits, 0)
     assert small.allowed
@@ -113,13 +118,13 @@ async def test_a_debt_is_repaid_before_the_next_admission(pair, tenant):
     await a.settle(admission.ticket, 1600)
     refused = await b.admit(tenant, limits, 0)
     assert refused.reason == "tokens"
-    assert refused.retry_after_s == pytest.approx(36.0, abs=0.2)
+    assert refused.retry_after_s == pytest.approx(36.0, abs=0.5)
     assert refused.headers["x-ratelimit-reset-tokens"].startswith("1m3")  # about 1m36s
 
 
 async def test_the_budget_period_turns_on_the_gateway_clock(redis_url, redis, tenant):
     offset = [0.0]
-    limiter = RedisLimiter(redis_url, clock=lambda: time.time() + offset[0])
+    limiter = RedisLimiter(redis_url, timeout_s=2, clock=lambda: time.time() + offset[0])
     limits = TenantLimits(token_budget=TokenBudget(100, "hour"))
     try:
         assert (await limiter.admit(tenant, limits, 100)).allowed
@@ -137,7 +142,7 @@ async def test_the_budget_period_turns_on_the_gateway_clock(redis_url, redis, te
 
 
 async def test_an_idle_tenant_leaves_nothing_behind(redis_url, redis, tenant):
-    limiter = RedisLimiter(redis_url, lease_s=1.0)
+    limiter = RedisLimiter(redis_url, timeout_s=2, lease_s=1.0)
     limits = TenantLimits(
         requests_per_minute=600,  # refilled in 0.1 s
         tokens_per_minute=60_000,  # 1000 refilled in 1 s
@@ -172,8 +177,8 @@ async def test_an_idle_tenant_leaves_nothing_behind(redis_url, redis, tenant):
 
 
 async def test_the_slots_of_a_holder_that_died_free_themselves(redis_url, tenant):
-    holder = RedisLimiter(redis_url, lease_s=1.0)
-    other = RedisLimiter(redis_url, lease_s=1.0)
+    holder = RedisLimiter(redis_url, timeout_s=2, lease_s=1.0)
+    other = RedisLimiter(redis_url, timeout_s=2, lease_s=1.0)
     limits = TenantLimits(max_concurrent_responses=1, max_websocket_connections=1)
     try:
         assert (await holder.admit(tenant, limits, 0)).allowed
@@ -217,7 +222,7 @@ async def answers(redis: aioredis.Redis) -> bool:
 
 async def test_redis_stopped_mid_run_then_back(redis_url, redis, tenant):
     container = redis_container(redis_url)
-    limiter = FallbackLimiter(RedisLimiter(redis_url), retry_s=0.5)
+    limiter = FallbackLimiter(RedisLimiter(redis_url, timeout_s=1), retry_s=0.5)
     fallbacks = Delta("turnpike_gateway_limiter_fallbacks_total")
     limits = TenantLimits(requests_per_minute=100, max_concurrent_responses=30)
     try:

@@ -181,14 +181,20 @@ class RedisLimiter:
         url: str,
         timeout_s: float = 0.2,
         lease_s: float = 60.0,
+        max_connections: int = 32,
         clock: Clock = time.time,
     ) -> None:
-        self._redis = aioredis.from_url(
+        # A bounded pool: a burst of admissions queues for a few connections (a script
+        # runs in microseconds) rather than opening one connection each.
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=max_connections,
+            timeout=timeout_s,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 0),
         )
+        self._redis = aioredis.Redis.from_pool(pool)
         self._timeout = timeout_s
         self._lease_ms = max(1, round(lease_s * 1000))
         self._clock = clock  # the budget's period only; the buckets use Redis's clock
@@ -196,13 +202,30 @@ class RedisLimiter:
         self._settle = self._redis.register_script(SETTLE)
         self._open = self._redis.register_script(OPEN)
         self._renew = self._redis.register_script(RENEW)
+        self._scripts_loaded = False
+        self._loading = asyncio.Lock()
         # slots set key -> the slot ids this process holds there (leases to renew)
         self._held: dict[str, set[str]] = {}
         self._renewer: asyncio.Task[None] | None = None
 
+    async def _load_scripts(self) -> None:
+        """Load every script once, in one round trip, before the first call: a burst of
+        first calls would otherwise each find its script missing and load it. (A Redis
+        restarted later has lost them: the call that finds one missing loads it.)"""
+        async with self._loading:
+            if self._scripts_loaded:
+                return
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for script in (self._admit, self._settle, self._open, self._renew):
+                    pipe.script_load(script.script)
+                await pipe.execute()
+            self._scripts_loaded = True
+
     async def _call(self, operation: str, run):
         try:
             async with asyncio.timeout(self._timeout):
+                if not self._scripts_loaded:
+                    await self._load_scripts()
                 return await run()
         except (RedisError, OSError, TimeoutError) as err:
             raise LimiterUnavailable(
