@@ -40,9 +40,10 @@ until it is full again, written as the OpenAI API does (``20ms``, ``1s``, ``6m0s
 WebSocket connections (``max_websocket_connections``) are counted by
 ``open_connection`` / ``close_connection``.
 
-Implementations: ``LocalLimiter`` (in process), ``RedisLimiter`` (shared by every
-process and replica; raises ``LimiterUnavailable``) and ``FallbackLimiter`` (Redis's,
-falling back to a ``LocalLimiter`` while Redis is unreachable: never raises for Redis).
+Implementations: ``LocalLimiter()`` (in process), ``RedisLimiter(url)`` (shared by every
+process and replica; raises ``LimiterUnavailable`` after at most ``timeout_s``, 0.2 s) and
+``FallbackLimiter(RedisLimiter(url))`` (Redis's, falling back to a ``LocalLimiter`` while
+Redis is unreachable, trying it again every ``retry_s``, 5 s: never raises for Redis).
 Refusals are counted in ``turnpike_gateway_rate_limited_total{reason}`` (reason
 "connections" for a connection over its cap).
 """
