@@ -124,3 +124,10 @@ LIMITER_DEGRADED = Gauge(
     "1 while a gateway process enforces its limits alone (Redis unreachable), else 0.",
     multiprocess_mode="livesum",
 )
+SHED = Counter(
+    "turnpike_gateway_shed",
+    "Create requests refused with 503 server_overloaded, by reason: full (the process has "
+    "its bound of responses in flight) or over_fair_share (busy, and the tenant holds more "
+    "than its share).",
+    ["reason"],
+)

@@ -13,7 +13,6 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from urllib.parse import urlsplit
 
 import pytest
 from gateway.limits import FallbackLimiter, RedisLimiter
@@ -201,18 +200,6 @@ async def test_the_slots_of_a_holder_that_died_free_themselves(redis_url, tenant
         await other.close()
 
 
-def redis_container(redis_url: str):
-    """The container behind ``redis_url`` (found by its published port)."""
-    from testcontainers.core.docker_client import DockerClient
-
-    port = str(urlsplit(redis_url).port)
-    for container in DockerClient().client.containers.list():
-        for bindings in (container.ports or {}).values():
-            if any(binding["HostPort"] == port for binding in bindings or ()):
-                return container
-    pytest.fail(f"no container publishes {redis_url}", pytrace=False)
-
-
 async def answers(redis: aioredis.Redis) -> bool:
     try:
         return bool(await redis.ping())
@@ -220,8 +207,8 @@ async def answers(redis: aioredis.Redis) -> bool:
         return False
 
 
-async def test_redis_stopped_mid_run_then_back(redis_url, redis, tenant):
-    container = redis_container(redis_url)
+async def test_redis_stopped_mid_run_then_back(redis_url, redis, tenant, redis_container):
+    container = redis_container
     limiter = FallbackLimiter(RedisLimiter(redis_url, timeout_s=1), retry_s=0.5)
     fallbacks = Delta("turnpike_gateway_limiter_fallbacks_total")
     limits = TenantLimits(requests_per_minute=100, max_concurrent_responses=30)
