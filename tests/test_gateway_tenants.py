@@ -92,7 +92,7 @@ def test_a_good_file_gives_each_tenant_its_limits(tmp_path):
 
 def test_the_shipped_schema_is_valid_and_the_example_file_loads():
     jsonschema.Draft202012Validator.check_schema(json.loads(SCHEMA_PATH.read_text()))
-    table = load_file(str(REPO_ROOT / "deploy" / "tenants.example.yaml"))
+    table = load_file(str(REPO_ROOT / "deploy" / "tenants" / "example.yaml"))
     assert list(table.limits) == ["acme", "beta", "retired"]
     assert table.limits["acme"].token_budget == TokenBudget(10_000_000, "day")
     assert table.hashes_by_tenant()["retired"] == set()

@@ -24,6 +24,7 @@ from turnpike.inference.v1 import inference_pb2
 from turnpike.router.v1 import router_pb2
 
 from gateway import turn_metrics
+from gateway.admission import AdmissionControl
 from gateway.billing_outbox import BillingOutbox
 from gateway.conversation_state import ConversationState
 from gateway.errors import ApiError
@@ -63,9 +64,12 @@ class Generation:
 
 
 class ResponseEngine:
-    def __init__(self, res: Resources, outbox: BillingOutbox) -> None:
+    def __init__(
+        self, res: Resources, outbox: BillingOutbox, admission: AdmissionControl | None = None
+    ) -> None:
         self.res = res
         self.outbox = outbox
+        self.admission = admission
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def prepare(
@@ -79,6 +83,7 @@ class ResponseEngine:
         except BaseException as err:
             model = prepared.model.id if prepared.model is not None else None
             turn_metrics.response_refused(ctx, model, err)
+            await self._release(ctx, 0)
             # The client gets an error, not a response: the cached parent cannot be
             # trusted to match what the client will send next.
             if (
@@ -324,11 +329,17 @@ class ResponseEngine:
         except Exception:
             log.exception("finalizing response %s failed", response["id"])
         self._stamp_overhead(prepared, generation, terminal)
+        use = response.get("usage") or {}
+        await self._release(ctx, use.get("input_tokens", 0) + use.get("output_tokens", 0))
         end_response_span(ctx.span, response)
         queue.final = response
         for event in terminal:
             queue.emit(event)
         queue.close()
+
+    async def _release(self, ctx: RequestContext, used_tokens: int) -> None:
+        if self.admission is not None:
+            await self.admission.release(ctx.admission, used_tokens)
 
     @staticmethod
     def _stamp_overhead(prepared: Prepared, generation: Generation, terminal: list[Event]) -> None:

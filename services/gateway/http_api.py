@@ -60,10 +60,11 @@ async def create_response(request: Request) -> Response:
     gw = gateway_of(request)
     tenant = gw.keys.tenant_for(request.headers)
     pipeline = gw.pipeline_for(request.headers, websocket=False)
-    body = parse_json(await read_body(request, gw.settings.max_body_bytes))
-    create = parse_create(body, default_model=gw.settings.default_model)
+    raw = await read_body(request, gw.settings.max_body_bytes)
+    create = parse_create(parse_json(raw), default_model=gw.settings.default_model)
     transport = "sse" if create.stream else "http"
     ctx = RequestContext(tenant, pipeline.name, transport=transport, started=arrived)
+    ctx.admission = await gw.admission.admit(tenant, gw.keys.limits(tenant), create, len(raw))
     with response_span(ctx, create.model):
         queue = gw.engine.start(await gw.engine.prepare(create, ctx, pipeline))
     if create.stream:
@@ -72,12 +73,16 @@ async def create_response(request: Request) -> Response:
         return StreamingResponse(
             sse_stream(queue),
             media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+            headers={
+                "cache-control": "no-cache",
+                "x-accel-buffering": "no",
+                **ctx.admission.headers,
+            },
         )
     async for _ in queue.events():
         pass
     final = queue.final
-    return JSONResponse(final, headers=overhead_header(final))
+    return JSONResponse(final, headers={**overhead_header(final), **ctx.admission.headers})
 
 
 def _response_not_found(response_id: str) -> ApiError:

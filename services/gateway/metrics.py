@@ -109,3 +109,25 @@ SAFETY_VERDICTS = Counter(
     "Safety decisions on requests: allow, flag (served, marked) or block (refused).",
     ["pipeline", "verdict"],
 )
+RATE_LIMITED = Counter(
+    "turnpike_gateway_rate_limited",
+    "Requests refused by a tenant's limits, by the limit that refused: requests, tokens "
+    "(per minute), budget, concurrency (responses in flight), connections (WebSocket).",
+    ["reason"],
+)
+LIMITER_FALLBACKS = Counter(
+    "turnpike_gateway_limiter_fallbacks",
+    "Times the limiter lost Redis and fell back to limits per process.",
+)
+LIMITER_DEGRADED = Gauge(
+    "turnpike_gateway_limiter_degraded",
+    "1 while a gateway process enforces its limits alone (Redis unreachable), else 0.",
+    multiprocess_mode="livesum",
+)
+SHED = Counter(
+    "turnpike_gateway_shed",
+    "Create requests refused with 503 server_overloaded, by reason: full (the process has "
+    "its bound of responses in flight) or over_fair_share (busy, and the tenant holds more "
+    "than its share).",
+    ["reason"],
+)

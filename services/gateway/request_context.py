@@ -7,10 +7,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 
 from gateway.connection_cache import ConnectionCache
+
+if TYPE_CHECKING:
+    from gateway.admission import Pass
 
 tracer = trace.get_tracer("turnpike.gateway")
 
@@ -29,6 +33,9 @@ class RequestContext:
     # turn's time, its time to first token and so its API overhead are measured from here.
     started: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None
+    # Admission's pass (gateway.admission): released, with the tokens used, when the
+    # response ends or its preparation fails.
+    admission: Pass | None = None
 
     @contextmanager
     def stage(self, name: str) -> Iterator[trace.Span]:

@@ -10,11 +10,14 @@ from typing import Any
 from turnpike.config import GatewaySettings
 from turnpike.image_resolution import Limits
 
+from gateway.admission import AdmissionControl
 from gateway.backends import Backends
 from gateway.billing_outbox import BillingOutbox
 from gateway.engine import ResponseEngine
+from gateway.limits import FallbackLimiter, Limiter, LocalLimiter, RedisLimiter
 from gateway.model_cache import ModelConfigCache
 from gateway.pipelines import CONNECTION, SPRINT, Pipeline, pipeline_named
+from gateway.shedding import InFlight
 from gateway.stages import Resources
 from gateway.store import ResponseStore
 from gateway.store_memory import InMemoryResponseStore
@@ -25,6 +28,14 @@ from gateway.token_cache import TokenCache
 PIPELINE_HEADER = "x-turnpike-pipeline"
 
 
+def build_limiter(settings: GatewaySettings) -> Limiter:
+    """Limits shared by every process and replica through Redis when it is configured
+    (per process while it is unreachable); per process otherwise."""
+    if settings.redis_url:
+        return FallbackLimiter(RedisLimiter(settings.redis_url), LocalLimiter())
+    return LocalLimiter()
+
+
 @dataclass
 class Gateway:
     settings: GatewaySettings
@@ -33,6 +44,7 @@ class Gateway:
     store: ResponseStore
     outbox: BillingOutbox
     engine: ResponseEngine
+    admission: AdmissionControl  # tenants' limits and overload shedding
 
     @classmethod
     def build(cls, settings: GatewaySettings) -> Gateway:
@@ -52,7 +64,9 @@ class Gateway:
             TokenCache(settings.token_cache_tokens),
             Limits(images.max_image_bytes, images.max_image_pixels),
         )
-        return cls(settings, keys, backends, store, outbox, ResponseEngine(resources, outbox))
+        admission = AdmissionControl(build_limiter(settings), InFlight(settings.max_in_flight))
+        engine = ResponseEngine(resources, outbox, admission)
+        return cls(settings, keys, backends, store, outbox, engine, admission)
 
     async def start(self) -> None:
         self.outbox.start()
@@ -62,6 +76,7 @@ class Gateway:
         await self.outbox.close(grace_s)
         await self.backends.close()
         await self.store.close()
+        await self.admission.close()
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Whether the gateway can serve (its backends answer), and what it knows. The

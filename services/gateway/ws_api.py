@@ -11,6 +11,7 @@ from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
 from gateway import metrics
+from gateway.admission import connection_refused
 from gateway.errors import ApiError, server_error, store_unavailable
 from gateway.json_codec import dumps
 from gateway.json_response import JSONResponse
@@ -86,6 +87,10 @@ class Connection:
                 lane=lane,
             )
             try:
+                # The frame's size is not kept: only the output is reserved up front,
+                # and the response's real usage is charged when it ends.
+                limits = self.gw.keys.limits(self.tenant)
+                ctx.admission = await self.gw.admission.admit(self.tenant, limits, request, 0)
                 # One trace per response, not per connection (gateway.tracing).
                 with response_span(ctx, request.model):
                     queue = engine.start(await engine.prepare(request, ctx, self.pipeline))
@@ -112,10 +117,21 @@ async def responses_socket(ws: WebSocket) -> None:
     try:
         tenant = gw.keys.tenant_for(ws.headers)
         pipeline = gw.pipeline_for(ws.headers, websocket=True)
+        slot = await gw.admission.limiter.open_connection(tenant, gw.keys.limits(tenant))
+        if slot is None:
+            raise connection_refused()
     except ApiError as err:
         # Refuse the upgrade with a real HTTP status and the API's error body.
-        await ws.send_denial_response(JSONResponse(err.body(), status_code=err.status))
+        denial = JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+        await ws.send_denial_response(denial)
         return
+    try:
+        await serve_socket(ws, gw, tenant, pipeline)
+    finally:
+        await gw.admission.limiter.close_connection(slot)
+
+
+async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeline) -> None:
     await ws.accept()
     settings = gw.settings
     session = WsSession(

@@ -316,6 +316,10 @@ class GatewaySettings:
     redis_store_ttl_s: int = field(
         default_factory=lambda: env_int("TURNPIKE_REDIS_STORE_TTL_S", 30 * 24 * 3600)
     )
+    # Responses one gateway process has in flight at most; past it a fast 503 (overload
+    # shedding, gateway.shedding). 0 turns it off. The default comes from the capacity
+    # measured by `make bench-overload` (README, "Fairness and overload").
+    max_in_flight: int = field(default_factory=lambda: env_int("TURNPIKE_MAX_IN_FLIGHT", 64))
     # Let requests pick a pipeline with X-Turnpike-Pipeline (benchmarks; not for production).
     allow_pipeline_override: bool = field(
         default_factory=lambda: env_bool("TURNPIKE_ALLOW_PIPELINE_OVERRIDE", False)
@@ -333,6 +337,10 @@ class GatewaySettings:
                 )
         else:
             parse_api_keys(self.api_keys)  # refused at start-up, not at the first request
+        if self.max_in_flight < 0:
+            raise ConfigError.invalid(
+                "TURNPIKE_MAX_IN_FLIGHT", str(self.max_in_flight), "must be 0 (off) or more"
+            )
         if self.processes < 1:
             raise ConfigError.invalid(
                 GATEWAY_PROCESSES_VARIABLE, str(self.processes), "must be at least 1"

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -233,3 +234,21 @@ def container_stack(images: Images, otlp: Receiver) -> Iterator[ContainerStack]:
         print(
             f"container stack: up in {ready_after:.1f} s, session {time.monotonic() - begin:.0f} s"
         )
+
+
+@pytest.fixture
+def redis_container(redis_url: str):
+    """The container behind ``redis_url`` (found by its published port), for tests that
+    stop it; started again afterwards if a test left it stopped."""
+    from testcontainers.core.docker_client import DockerClient
+
+    port = str(urlsplit(redis_url).port)
+    for container in DockerClient().client.containers.list():
+        for bindings in (container.ports or {}).values():
+            if any(binding["HostPort"] == port for binding in bindings or ()):
+                yield container
+                container.reload()
+                if container.status != "running":
+                    container.start()
+                return
+    pytest.fail(f"no container publishes {redis_url}", pytrace=False)
