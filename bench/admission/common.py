@@ -16,9 +16,9 @@ import sqlite3
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.load.__main__ import command_line
 from bench.load.report import run_line
@@ -28,6 +28,7 @@ from bench.loop.stack import Target, start_local
 from bench.services.common import log, machine_info, percentile
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results"
+P = TypeVar("P")
 COMPLETED = "completed"
 TIMEOUT = "timeout"
 PROGRESS_EVERY_S = 5.0
@@ -252,6 +253,25 @@ def parser(prog: str, description: str, quick: str) -> argparse.ArgumentParser:
     parser.add_argument("--model", help="model id (turnpike-sim: 1,000 tokens/s)")
     parser.add_argument("--note", help="a line on the machine and its load, for the report")
     return parser
+
+
+Option = tuple[str, str, Callable[[str], Any], str]  # flag, the plan's field, type, help
+
+
+def parse_plan(
+    parser: argparse.ArgumentParser, argv: list[str], options: list[Option], full: P, quick: P
+) -> tuple[argparse.Namespace, P]:
+    """Parse the command line, ``options`` included; the plan is the full or the quick one
+    (``--quick``) with what the command line gave (and ``--model``) in place of its
+    defaults."""
+    for flag, name, kind, text in options:
+        parser.add_argument(flag, dest=name, type=kind, help=text, metavar=flag[2:].upper())
+    args = parser.parse_args(argv)
+    given = {name: getattr(args, name) for _, name, _, _ in options} | {"model": args.model}
+    plan = replace(
+        quick if args.quick else full, **{k: v for k, v in given.items() if v is not None}
+    )
+    return args, plan
 
 
 @dataclass

@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,8 @@ TARGET_RATIO = 1.25
 class Plan:
     loops: int = 5  # tenant A's agent loops, over WebSocket
     turns: int = 25  # per rollout
-    phase_s: float = 30.0  # each phase: A's loops start rollouts until then
+    rounds: int = 2  # of the two phases, A alone then A while B floods
+    phase_s: float = 15.0  # each phase: A's loops start rollouts until then
     b_requests_per_minute: int = 120  # tenant B's limit
     flood_factor: float = 20.0  # B sends this many times its limit
     burst_every_s: float = 0.25  # B sends its requests in bursts this far apart
@@ -71,7 +73,16 @@ class Plan:
 
 
 FULL = Plan()
-QUICK = Plan(loops=2, turns=4, phase_s=5.0, b_requests_per_minute=60, stagger_s=0.1)
+QUICK = Plan(loops=2, turns=4, rounds=1, phase_s=5.0, b_requests_per_minute=60, stagger_s=0.1)
+
+
+OPTIONS: list[common.Option] = [
+    ("--loops", "loops", int, "tenant A's agent loops (5)"),
+    ("--rounds", "rounds", int, "rounds of the two phases (2)"),
+    ("--phase-s", "phase_s", float, "seconds per phase (15)"),
+    ("--b-rpm", "b_requests_per_minute", int, "tenant B's requests per minute (120)"),
+    ("--burst-every", "burst_every_s", float, "seconds between B's bursts (0.25; small: even)"),
+]
 
 
 @dataclass
@@ -183,12 +194,13 @@ class Flood:
 
 
 def phase_record(
-    name: str, tally: TimedTally, start: float, cpu_ms: dict[str, float]
+    name: str, number: int, tally: TimedTally, start: float, cpu_ms: dict[str, float]
 ) -> dict[str, Any]:
     """One phase of A's loops, from ``start`` (``perf_counter``) to now."""
     wall_s = time.perf_counter() - start
     return {
         "phase": name,
+        "round": number,
         "start_s": round(start - tally.origin, 3),
         "wall_s": round(wall_s, 3),
         "turns_sent": tally.sent,
@@ -218,42 +230,52 @@ async def measure(a: Target, b: Target, plan: Plan, ledger: Path) -> dict[str, A
     billed_before = set(common.ledger_events(ledger))
     origin = time.perf_counter()
     meter = CpuMeter(a.pids)
-    phases, tallies = [], {}
+    phases: list[dict[str, Any]] = []
+    tallies: dict[str, list[TimedTally]] = {ALONE: [], FLOOD: []}
+    shots: list[Shot] = []
+    sent, flood_s = 0, 0.0
+    # The phases alternate, so a drift in the machine's other load hits both alike.
+    for number in range(1, plan.rounds + 1):
+        log(
+            f"round {number}/{plan.rounds}, phase 1, A alone: {plan.loops} agent loops over "
+            f"WebSocket for {plan.phase_s:g} s"
+        )
+        alone = TimedTally(origin=origin)
+        tallies[ALONE].append(alone)
+        meter.start()
+        start = time.perf_counter()
+        await common.with_progress("A alone", partial(a_line, alone), run_a(a, plan, corpus, alone))
+        phases.append(phase_record(ALONE, number, alone, start, meter.stop()))
+        log(f"  A alone: {phase_line(phases[-1])}")
 
-    log(f"phase 1, A alone: {plan.loops} agent loops over WebSocket for {plan.phase_s:g} s")
-    tallies[ALONE] = alone = TimedTally(origin=origin)
-    meter.start()
-    start = time.perf_counter()
-    await common.with_progress("A alone", lambda: a_line(alone), run_a(a, plan, corpus, alone))
-    phases.append(phase_record(ALONE, alone, start, meter.stop()))
-    log(f"  A alone: {phase_line(phases[-1])}")
+        log(
+            f"round {number}/{plan.rounds}, phase 2, A while B floods: B sends "
+            f"{plan.flood_per_s:g} requests/s over HTTP ({plan.flood_factor:g}x its "
+            f"{plan.b_requests_per_minute} a minute), in bursts every {plan.burst_every_s:g} s, "
+            "never retried"
+        )
+        flooded = TimedTally(origin=origin)
+        tallies[FLOOD].append(flooded)
+        flood = Flood(b, plan, origin)
+        meter.start()
+        start = time.perf_counter()
+        flooding = asyncio.create_task(flood.run())
 
-    log(
-        f"phase 2, A while B floods: B sends {plan.flood_per_s:g} requests/s over HTTP "
-        f"({plan.flood_factor:g}x its {plan.b_requests_per_minute} a minute), in bursts every "
-        f"{plan.burst_every_s:g} s, never retried"
-    )
-    tallies[FLOOD] = flooded = TimedTally(origin=origin)
-    flood = Flood(b, plan, origin)
-    meter.start()
-    start = time.perf_counter()
-    flooding = asyncio.create_task(flood.run())
-
-    def line() -> str:
-        return f"{a_line(flooded)}; B {b_line(flood.shots, flood.sent)}"
-
-    await common.with_progress("A while B floods", line, run_a(a, plan, corpus, flooded))
-    phases.append(phase_record(FLOOD, flooded, start, meter.stop()))
-    flood.stop()
-    flood_s = await flooding
-    log(f"  A while B floods: {phase_line(phases[-1])}")
-    log(f"  B: {b_line(flood.shots, flood.sent)} over {flood_s:.1f} s")
+        line = partial(both_line, flooded, flood)
+        await common.with_progress("A while B floods", line, run_a(a, plan, corpus, flooded))
+        phases.append(phase_record(FLOOD, number, flooded, start, meter.stop()))
+        flood.stop()
+        flood_s += await flooding
+        shots += flood.shots
+        sent += flood.sent
+        log(f"  A while B floods: {phase_line(phases[-1])}")
+        log(f"  B: {b_line(flood.shots, flood.sent)}")
 
     log("billing: waiting for the gateway's outbox, then reading the ledger")
     usage = await settled_usage(a)
     seen = {
-        "A": [rid for t in tallies.values() for rid in t.response_ids],
-        "B": [s.response_id for s in flood.shots if s.response_id],
+        "A": [rid for kind in tallies.values() for t in kind for rid in t.response_ids],
+        "B": [s.response_id for s in shots if s.response_id],
     }
     check = common.ledger_check(seen, common.ledger_events(ledger), billed_before)
     check["pending_events_after"] = usage.get("pending_events", 0)
@@ -266,8 +288,41 @@ async def measure(a: Target, b: Target, plan: Plan, ledger: Path) -> dict[str, A
     return {
         "warmup_errors": warmup_errors,
         "phases": phases,
-        "flood": flood_record(flood, flood_s, plan),
+        "pooled": {
+            kind: pooled_record(kind, [p for p in phases if p["phase"] == kind], found)
+            for kind, found in tallies.items()
+        },
+        "flood": flood_record(shots, sent, flood_s, plan),
         "ledger": check,
+    }
+
+
+def pooled_record(
+    kind: str, phases: list[dict[str, Any]], tallies: list[TimedTally]
+) -> dict[str, Any]:
+    """Every phase of one kind together: the figures the targets are judged on."""
+    errors: Counter[str] = Counter()
+    for t in tallies:
+        errors.update(t.errors)
+    wall = sum(p["wall_s"] for p in phases)
+    ok = sum(t.ok for t in tallies)
+    return {
+        "phase": kind,
+        "phases": len(phases),
+        "wall_s": round(wall, 3),
+        "turns_sent": sum(t.sent for t in tallies),
+        "turns_ok": ok,
+        "turns_per_s": round(ok / wall, 2) if wall > 0 else None,
+        "errors": dict(errors.most_common()),
+        "error_count": sum(errors.values()),
+        "overhead_ms": dist([o for t in tallies for o in t.overhead_ms]),
+        "turn_ms": dist([o for t in tallies for o in t.turn_ms]),
+        "cpu_cores": {
+            name: round(sum(p["cpu_cores"].get(name, 0.0) * p["wall_s"] for p in phases) / wall, 3)
+            for name in phases[0]["cpu_cores"]
+        }
+        if phases and wall > 0
+        else {},
     }
 
 
@@ -282,6 +337,10 @@ def b_line(shots: list[Shot], sent: int) -> str:
     return f"{sent} sent, {len(shots)} answered ({answers or 'none yet'})"
 
 
+def both_line(tally: Tally, flood: Flood) -> str:
+    return f"{a_line(tally)}; B {b_line(flood.shots, flood.sent)}"
+
+
 def phase_line(p: dict[str, Any]) -> str:
     o = p["overhead_ms"]
     return (
@@ -290,14 +349,13 @@ def phase_line(p: dict[str, Any]) -> str:
     )
 
 
-def flood_record(flood: Flood, seconds: float, plan: Plan) -> dict[str, Any]:
-    shots = flood.shots
+def flood_record(shots: list[Shot], sent: int, seconds: float, plan: Plan) -> dict[str, Any]:
     return {
-        "sent": flood.sent,
+        "sent": sent,
         "answered": len(shots),
         "seconds": round(seconds, 3),
-        "sent_per_s": round(flood.sent / seconds, 2) if seconds > 0 else None,
-        "times_limit": round(flood.sent / seconds * 60 / plan.b_requests_per_minute, 2)
+        "sent_per_s": round(sent / seconds, 2) if seconds > 0 else None,
+        "times_limit": round(sent / seconds * 60 / plan.b_requests_per_minute, 2)
         if seconds > 0
         else None,
         "by_outcome": common.by_outcome(shots),
@@ -309,7 +367,7 @@ def flood_record(flood: Flood, seconds: float, plan: Plan) -> dict[str, Any]:
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    by = {p["phase"]: p for p in results["phases"]}
+    by = results["pooled"]
     alone, flooded = by[ALONE]["overhead_ms"], by[FLOOD]["overhead_ms"]
     p50 = common.ratio(flooded["p50"], alone["p50"])
     p90 = common.ratio(flooded["p90"], alone["p90"])
@@ -325,8 +383,9 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "goal": f"within {TARGET_RATIO}x",
             "measured": p50,
             "pass": None if p50 is None else p50 <= TARGET_RATIO,
-            "detail": f"{alone['p50']} -> {flooded['p50']} ms (p90 {alone['p90']} -> "
-            f"{flooded['p90']} ms, {p90}x)",
+            "detail": f"{fmt(alone['p50'], 2)} -> {fmt(flooded['p50'], 2)} ms (p90 "
+            f"{fmt(alone['p90'], 2)} -> {fmt(flooded['p90'], 2)} ms, {fmt(p90, 2)}x), each "
+            f"over {by[ALONE]['phases']} phase(s), alternated",
         },
         {
             "name": "A's errors",
@@ -334,7 +393,9 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "measured": errors,
             "pass": errors == 0,
             "detail": "; ".join(
-                f"{p['phase']}: {p['errors']}" for p in results["phases"] if p["errors"]
+                f"{p['phase']} {p['round']}: {p['errors']}"
+                for p in results["phases"]
+                if p["errors"]
             )
             or f"none in {by[ALONE]['turns_sent'] + by[FLOOD]['turns_sent']} turns",
         },
@@ -344,7 +405,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "measured": flood["timeouts"],
             "pass": limited > 0 and flood["timeouts"] == 0 and flood["answered"] == flood["sent"],
             "detail": f"{flood['answered']}/{flood['sent']} answered, {limited} with 429, "
-            f"{flood['timeouts']} timeouts; latency p50 {lat['p50']} ms, p99 {lat['p99']} ms",
+            f"{flood['timeouts']} timeouts; latency p50 {fmt(lat['p50'], 2)} ms, p99 "
+            f"{fmt(lat['p99'], 2)} ms",
         },
         {
             "name": "The ledger: every completed response billed once, nothing else",
@@ -377,18 +439,22 @@ def markdown(data: dict[str, Any]) -> str:
         f"every {p['burst_every_s']:g} s on keep-alive connections, never retried, each "
         f"waited for at most {p['b_timeout_s']:g} s. Phase 1: A alone for "
         f"{p['phase_s']:g} s; phase 2: A again while B floods (a rollout under way at the end "
-        "is finished). API overhead = turn time - the worker's model time "
+        f"is finished); {p['rounds']} round(s) of the two, alternated so that a drift in the "
+        "machine's other load hits both alike, the targets judged on each kind's phases "
+        "together. API overhead = turn time - the worker's model time "
         "(`turnpike.model_ms.total_ms`), per completed turn; percentiles nearest-rank."
     )
     lines = common.report_head(data, intro)
     lines += ["", "## Tenant A, per phase", ""]
     rows = []
-    for ph in data["phases"]:
+    every = [(f"{ph['phase']}, round {ph['round']}", ph) for ph in data["phases"]]
+    every += [(f"**{kind}, all**", ph) for kind, ph in data["pooled"].items()]
+    for name, ph in every:
         o, t = ph["overhead_ms"], ph["turn_ms"]
         cores = ph["cpu_cores"]
         rows.append(
             [
-                ph["phase"],
+                name,
                 f"{ph['turns_ok']:,}/{ph['turns_sent']:,}",
                 fmt(ph["turns_per_s"]),
                 fmt(o["p50"], 2),
@@ -471,7 +537,11 @@ def markdown(data: dict[str, Any]) -> str:
     ]
     if data.get("warmup_errors"):
         lines += ["", f"The warm-up met errors before it went through: {data['warmup_errors']}."]
-    errors = [(ph["phase"], k, v) for ph in data["phases"] for k, v in ph["errors"].items()]
+    errors = [
+        (f"{ph['phase']} {ph['round']}", k, v)
+        for ph in data["phases"]
+        for k, v in ph["errors"].items()
+    ]
     if errors:
         lines += ["", "## A's errors", ""]
         lines += markdown_table(
@@ -490,17 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = common.parser(
         "python -m bench.admission.fairness",
         "Tenant A's agent loops alone, then while tenant B floods at 20x its request limit.",
-        "2 loops of 4-turn rollouts, 5 s phases",
+        "2 loops of 4-turn rollouts, one round of 5 s phases",
     )
-    parser.add_argument("--loops", type=int, help="tenant A's agent loops (5)")
-    parser.add_argument("--phase-s", type=float, help="seconds per phase (30)")
-    parser.add_argument("--b-rpm", type=int, help="tenant B's requests per minute (120)")
-    args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    given = {"loops": args.loops, "phase_s": args.phase_s, "b_requests_per_minute": args.b_rpm}
-    plan = replace(plan, **{k: v for k, v in given.items() if v is not None})
-    if args.model:
-        plan = replace(plan, model=args.model)
+    args, plan = common.parse_plan(parser, argv, OPTIONS, FULL, QUICK)
     run = common.Run(argv, "bench-fairness", args.quick, args.note)
     keys = {"a": common.mint_key("a"), "b": common.mint_key("b")}
     with tempfile.TemporaryDirectory(prefix="turnpike-fairness-") as folder:

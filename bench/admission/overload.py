@@ -19,7 +19,7 @@ import asyncio
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench.admission import common
@@ -68,6 +68,13 @@ QUICK = Plan(
     concurrency=(12, 24), sweep=(2, 4), sweep_reps=1, output_tokens=200, alone_runs=1,
     timeout_s=30.0, max_in_flight=4,
 )  # fmt: skip
+
+OPTIONS: list[common.Option] = [
+    ("--requests", "concurrency", positive_ints, "N at once (300,600)"),
+    ("--sweep", "sweep", positive_ints, "streams at once, swept (8,16,...,256)"),
+    ("--tokens", "output_tokens", int, "output tokens asked for (2000)"),
+    ("--max-in-flight", "max_in_flight", int, "the shedding stack's bound (the gateway's default)"),
+]
 
 
 async def burst(target: Target, n: int, plan: Plan, label: str) -> tuple[list[Shot], dict]:
@@ -528,22 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         "it on, one request alone as the reference, and the capacity sweep.",
         "12 and 24 requests of 200 tokens, shedding at 4 in flight, a sweep of 2 and 4",
     )
-    parser.add_argument("--requests", type=positive_ints, help="N at once (300,600)")
-    parser.add_argument("--sweep", type=positive_ints, help="streams at once, swept (8,16,...,256)")
-    parser.add_argument("--tokens", type=int, help="output tokens asked for (2000)")
-    parser.add_argument(
-        "--max-in-flight", type=int, help="the shedding stack's bound (the gateway's default)"
-    )
-    args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    given = {
-        "concurrency": args.requests,
-        "sweep": args.sweep,
-        "output_tokens": args.tokens,
-        "max_in_flight": args.max_in_flight,
-        "model": args.model,
-    }
-    plan = replace(plan, **{k: v for k, v in given.items() if v is not None})
+    args, plan = common.parse_plan(parser, argv, OPTIONS, FULL, QUICK)
     run = common.Run(argv, "bench-overload", args.quick, args.note)
     stacks: dict[str, Target] = {}
     try:

@@ -48,19 +48,25 @@ def fairness_plot(data: dict[str, Any], path: Path) -> None:
     plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), dpi=100, sharex=True)
     window = 1.0
+    labelled: set[str] = set()
     for phase in data["phases"]:
         points = phase["series"]
-        color = PHASE_COLORS.get(phase["phase"])
-        label = "A alone" if phase["phase"] == "alone" else "A while B floods"
+        kind = phase["phase"]
+        color = PHASE_COLORS.get(kind)
+        name = "A alone" if kind == "alone" else "A while B floods"
+        first = kind not in labelled
+        labelled.add(kind)
         if points:
             top.scatter(*zip(*points, strict=True), s=4, alpha=0.25, color=color)
             xs, ys = rolling_median(points, window)
-            top.plot(xs, ys, "-", color=color, lw=2, label=f"{label}: median per {window:g} s")
-        p50 = phase["overhead_ms"]["p50"]
+            label = f"{name}: median per {window:g} s" if first else None
+            top.plot(xs, ys, "-", color=color, lw=2, label=label)
+        p50 = data["pooled"][kind]["overhead_ms"]["p50"]
         if p50 is not None:
             end = phase["start_s"] + phase["wall_s"]
+            label = f"{name}: p50 of all its phases, {p50:.1f} ms" if first else None
             top.hlines(p50, phase["start_s"], end, colors=color, linestyles="--", lw=1,
-                       label=f"{label}: p50 {p50:.1f} ms")  # fmt: skip
+                       label=label)  # fmt: skip
     top.set_yscale("log")
     top.set_ylabel("API overhead per turn, ms (log)")
     top.set_title(f"Tenant A: {data['params']['loops']} agent loops over WebSocket, each turn")
