@@ -133,14 +133,18 @@ async def run_a(target: Target, plan: Plan, corpus: dict[str, str], tally: Tally
 
 class Flood:
     """B's requests at ``flood_per_s``, in bursts, each on an idle keep-alive connection
-    or a new one, never retried, until ``stop()``; then every request is awaited."""
+    or a new one, never retried, until ``stop()``; then every request is awaited. A
+    connection idle for ``REUSE_IDLE_S`` is closed, not reused: the server closes its
+    own after 5 s (uvicorn's keep-alive timeout), and a request sent as it does would
+    meet a closed socket, as no HTTP client lets it."""
+
+    REUSE_IDLE_S = 4.0
 
     def __init__(self, target: Target, plan: Plan, origin: float) -> None:
         self.target, self.plan, self.origin = target, plan, origin
         self.shots: list[Shot] = []
         self.sent = 0
-        self.connections = 0
-        self._idle: list[AnswerChannel] = []
+        self._idle: list[tuple[AnswerChannel, float]] = []  # with when it went idle
         self._pending: set[asyncio.Task] = set()
         self._stop = asyncio.Event()
         self.body = {
@@ -152,17 +156,19 @@ class Flood:
     def stop(self) -> None:
         self._stop.set()
 
+    async def _connection(self) -> AnswerChannel:
+        while self._idle:
+            channel, since = self._idle.pop()  # the most recently used first
+            if time.perf_counter() - since < self.REUSE_IDLE_S:
+                return channel
+            await channel.close()
+        return AnswerChannel(self.target.base_url, self.target.api_key)
+
     async def _one(self) -> None:
-        if self._idle:
-            channel = self._idle.pop()
-        else:
-            channel = AnswerChannel(self.target.base_url, self.target.api_key)
-            self.connections += 1
+        channel = await self._connection()
         self.shots.append(await shoot(channel, self.body, self.plan.b_timeout_s, self.origin))
         if channel.is_open:
-            self._idle.append(channel)
-        else:
-            self.connections -= 1
+            self._idle.append((channel, time.perf_counter()))
 
     async def run(self) -> float:
         """Returns the seconds it flooded."""
@@ -185,7 +191,7 @@ class Flood:
                 pass
         flooded = time.perf_counter() - start
         await asyncio.gather(*self._pending)
-        for channel in self._idle:
+        for channel, _ in self._idle:
             await channel.close()
         return flooded
 
@@ -334,7 +340,7 @@ def a_line(tally: Tally) -> str:
 def b_line(shots: list[Shot], sent: int) -> str:
     counts = Counter(s.outcome for s in shots)
     answers = ", ".join(f"{k} x{v}" for k, v in counts.most_common())
-    return f"{sent} sent, {len(shots)} answered ({answers or 'none yet'})"
+    return f"{sent} sent, {len(shots)} done ({answers or 'none yet'})"
 
 
 def both_line(tally: Tally, flood: Flood) -> str:
@@ -352,7 +358,7 @@ def phase_line(p: dict[str, Any]) -> str:
 def flood_record(shots: list[Shot], sent: int, seconds: float, plan: Plan) -> dict[str, Any]:
     return {
         "sent": sent,
-        "answered": len(shots),
+        "answered": sum(s.status > 0 for s in shots),  # an HTTP answer, of any status
         "seconds": round(seconds, 3),
         "sent_per_s": round(sent / seconds, 2) if seconds > 0 else None,
         "times_limit": round(sent / seconds * 60 / plan.b_requests_per_minute, 2)

@@ -338,6 +338,15 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def shedding_text(plan: Plan, runs: list[dict[str, Any]]) -> str:
+    """How the shedding stack was set, and the most it admitted from one burst."""
+    most = max((r["admitted"] for r in runs if r["variant"] == ON), default=None)
+    seen = f"; at most {most} admitted from one burst" if most is not None else ""
+    if plan.max_in_flight is None:
+        return f"the gateway's default bound{seen}"
+    return f"`{MAX_IN_FLIGHT}={plan.max_in_flight}`{seen}"
+
+
 def outcomes_text(r: dict[str, Any], rejected: bool = False) -> str:
     kinds = [
         f"{k} x{v['count']}"
@@ -550,9 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     data = run.header("Overload: shedding off and on")
     data |= {
         "stacks": {v: t.description for v, t in stacks.items()},
-        "shedding_on": f"`{MAX_IN_FLIGHT}={plan.max_in_flight}`"
-        if plan.max_in_flight is not None
-        else "the gateway's default bound",
+        "shedding_on": shedding_text(plan, results["runs"]),
         "params": asdict(plan),
         **results,
     }
