@@ -89,8 +89,8 @@ bench-load: venv
 
 # Tenants and admission, each on stacks of its own (BENCH_ARGS=--quick for a smoke run).
 # Fairness: tenant A's agent loops alone, then while tenant B floods at 20x its request
-# limit (about 2 minutes). Overload: 300 and 600 requests of ~2,000 tokens at once, shedding
-# off and on, and the capacity sweep the in-flight bound comes from (about 5 minutes).
+# limit (about 1.5 minutes). Overload: 300 and 600 requests of ~2,000 tokens at once,
+# shedding off and on, and the capacity sweep the in-flight bound comes from (about 2.5 minutes).
 bench-fairness: venv
 	$(PY) -m bench.admission.fairness $(BENCH_ARGS)
 
