@@ -20,7 +20,6 @@ def control(bound: int = 4) -> AdmissionControl:
     return AdmissionControl(LocalLimiter(), InFlight(bound))
 
 
-@pytest.mark.asyncio
 async def test_a_model_outside_the_list_is_refused_before_anything_is_counted() -> None:
     admission = control()
     with pytest.raises(ApiError) as refused:
@@ -29,7 +28,6 @@ async def test_a_model_outside_the_list_is_refused_before_anything_is_counted() 
     assert admission.in_flight.total == 0
 
 
-@pytest.mark.asyncio
 async def test_over_the_requests_limit_a_429_with_headers_and_nothing_held() -> None:
     admission = control()
     limits = TenantLimits(requests_per_minute=1)
@@ -44,7 +42,6 @@ async def test_over_the_requests_limit_a_429_with_headers_and_nothing_held() -> 
     assert admission.in_flight.total == 1  # only the first
 
 
-@pytest.mark.asyncio
 async def test_a_spent_budget_is_insufficient_quota() -> None:
     admission = control()
     limits = TenantLimits(token_budget=TokenBudget(10, "day"))
@@ -55,7 +52,6 @@ async def test_a_spent_budget_is_insufficient_quota() -> None:
     assert (refused.value.status, refused.value.code) == (429, "insufficient_quota")
 
 
-@pytest.mark.asyncio
 async def test_past_the_bound_a_fast_503() -> None:
     admission = control(bound=1)
     await admission.admit("t", TenantLimits(), request(), 10)
@@ -65,7 +61,6 @@ async def test_past_the_bound_a_fast_503() -> None:
     assert refused.value.headers == {"retry-after": "1"}
 
 
-@pytest.mark.asyncio
 async def test_release_frees_the_slot_once() -> None:
     admission = control(bound=1)
     limits = TenantLimits(max_concurrent_responses=1)
