@@ -9,7 +9,13 @@ from __future__ import annotations
 import openai
 import pytest
 from openai import OpenAI
-from support.openresponses import validate_input_item
+from support.openresponses import (
+    validate_input_item,
+    validate_input_items_page,
+    validate_response_object,
+    validate_ws_event,
+)
+from support.tools import READ_FILE_TOOL
 
 pytestmark = pytest.mark.stack
 
@@ -95,6 +101,7 @@ def test_items_add_list_page_retrieve_delete(stack):
     page = client.conversations.items.list(conversation.id, limit=2)
     assert [item.content[0].text for item in page.data] == ["more 2", "more 1"]
     assert page.has_more is True
+    validate_input_items_page(page.model_dump(mode="json", exclude_unset=True))
     assert page.first_id == page.data[0].id and page.last_id == page.data[-1].id
     nxt = client.conversations.items.list(conversation.id, limit=2, after=page.last_id)
     assert [item.content[0].text for item in nxt.data] == ["more 0", "second"]
@@ -145,6 +152,8 @@ def test_responses_in_a_conversation_append_each_turn(stack):
     )
     assert second.conversation is not None and second.conversation.id == conversation.id
     assert second.previous_response_id is None
+    for response in (first, second):
+        validate_response_object(response.model_dump(mode="json", exclude_unset=True))
 
     items = list(client.conversations.items.list(conversation.id, order="asc"))
     expected = [
@@ -242,6 +251,7 @@ def test_websocket_create_in_a_conversation(stack):
         for text in ("Hello over a socket.", "And a second turn."):
             conn.response.create(model=MODEL, conversation=conversation.id, input=text)
             for event in conn:
+                validate_ws_event(event.model_dump(mode="json", exclude_unset=True))
                 if event.type in ("response.completed", "response.failed", "error"):
                     done.append(event)
                     break
@@ -261,3 +271,38 @@ def test_websocket_create_in_a_conversation(stack):
     # The second turn's prompt held the first turn.
     first, second = (event.response.usage.input_tokens for event in done)
     assert second > first
+
+
+def test_a_tool_call_answered_in_the_next_turn_of_a_conversation(stack):
+    client = client_of(stack)
+    conversation = client.conversations.create()
+    first = client.responses.create(
+        model=MODEL, conversation=conversation.id, input="Open main.py", tools=[READ_FILE_TOOL]
+    )
+    call = first.output[0]
+    assert call.type == "function_call"
+    # The output answers a call only the conversation holds; not stored, still appended.
+    second = client.responses.create(
+        model=MODEL,
+        conversation=conversation.id,
+        tools=[READ_FILE_TOOL],
+        store=False,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "print(1)"}],
+    )
+    assert second.status == "completed"
+    items = list(client.conversations.items.list(conversation.id, order="asc"))
+    assert [item.type for item in items] == [
+        "message",
+        "function_call",
+        "function_call_output",
+        *(item.type for item in second.output),
+    ]
+    # An output that answers no call of the conversation is refused.
+    expect_error(
+        400,
+        "input[0].call_id",
+        client.responses.create,
+        model=MODEL,
+        conversation=conversation.id,
+        input=[{"type": "function_call_output", "call_id": "call_nowhere", "output": "x"}],
+    )
