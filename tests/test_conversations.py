@@ -175,6 +175,11 @@ def test_responses_in_a_conversation_append_each_turn(stack):
     )
     assert second.usage.input_tokens == chain_second.usage.input_tokens
     assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
+    # Counting counts the conversation too: the items of both turns, then the new input.
+    counted = client.responses.input_tokens.count(
+        model=MODEL, conversation=conversation.id, input="And about their history?"
+    )
+    assert counted.input_tokens > second.usage.input_tokens
 
     # The stored response lists only its own input.
     own = list(client.responses.input_items.list(second.id))
