@@ -30,6 +30,7 @@ class CreateRequest:
     input_items: list[Item]
     instructions: str | None = None
     previous_response_id: str | None = None
+    conversation: str | None = None  # a conversation's id (/v1/conversations)
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_choice: Any = "auto"
     parallel_tool_calls: bool = True
@@ -224,6 +225,19 @@ def _metadata(raw: Any) -> dict[str, str]:
     return dict(raw)
 
 
+def _conversation(raw: Any) -> str | None:
+    """A conversation's id, given as itself or as ``{"id": ...}``."""
+    if raw is None:
+        return None
+    if isinstance(raw, dict):
+        raw = raw.get("id")
+        if not isinstance(raw, str) or not raw:
+            raise invalid_type("conversation.id", "a conversation id string")
+    if not isinstance(raw, str) or not raw:
+        raise invalid_type("conversation", "a conversation id string or an object with 'id'")
+    return raw
+
+
 def _text(raw: Any) -> dict[str, Any]:
     if raw is None:
         return {"format": {"type": "text"}}
@@ -266,13 +280,15 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
             "background",
             "unsupported_parameter",
         )
-    if "conversation" in body and body["conversation"] is not None:
-        raise invalid(
-            "The 'conversation' parameter is not supported; use 'previous_response_id'.",
-            "conversation",
-            "unsupported_parameter",
-        )
     previous = _opt(body, "previous_response_id", str, "a string")
+    conversation = _conversation(body.get("conversation"))
+    if conversation is not None and previous is not None:
+        raise invalid(
+            "Mutually exclusive parameters: Ensure you are only providing one of: "
+            "'previous_response_id' or 'conversation'.",
+            "conversation",
+            "mutually_exclusive_parameters",
+        )
     input_items = normalize_input(body.get("input"))
     if not input_items and previous is None and not websocket:
         raise invalid("Missing required parameter: 'input'.", "input", "missing_required_parameter")
@@ -309,6 +325,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         input_items=input_items,
         instructions=instructions,
         previous_response_id=previous,
+        conversation=conversation,
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
         parallel_tool_calls=True if parallel is None else parallel,
