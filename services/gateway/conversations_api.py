@@ -16,11 +16,11 @@ from fastapi.responses import Response
 
 from gateway.conversation_store import ConversationStore, StoredConversation, new_conversation
 from gateway.errors import ApiError, invalid, invalid_type, not_found
-from gateway.http_api import _int_param, gateway_of, read_body
+from gateway.http_api import gateway_of, int_param, read_body
 from gateway.items import Item, normalize_input
 from gateway.json_codec import parse_json
 from gateway.json_response import JSONResponse
-from gateway.request import _metadata
+from gateway.request import parse_metadata
 
 router = APIRouter()
 
@@ -94,7 +94,7 @@ async def create_conversation(request: Request) -> Response:
     store, tenant = _store_and_tenant(request)
     body = await _body(request)
     items = _items(body.get("items"), required=False)
-    conversation = new_conversation(_metadata(body.get("metadata")))
+    conversation = new_conversation(parse_metadata(body.get("metadata")))
     await store.create(tenant, conversation, items)
     return JSONResponse(conversation.to_json())
 
@@ -113,7 +113,7 @@ async def update_conversation(conversation_id: str, request: Request) -> Respons
         raise invalid(
             "Missing required parameter: 'metadata'.", "metadata", "missing_required_parameter"
         )
-    updated = await store.update(tenant, conversation_id, _metadata(body["metadata"]))
+    updated = await store.update(tenant, conversation_id, parse_metadata(body["metadata"]))
     if updated is None:
         raise _conversation_not_found(conversation_id)
     return JSONResponse(updated.to_json())
@@ -130,7 +130,7 @@ async def delete_conversation(conversation_id: str, request: Request) -> Respons
 @router.get("/v1/conversations/{conversation_id}/items")
 async def list_items(conversation_id: str, request: Request) -> Response:
     store, tenant = _store_and_tenant(request)
-    limit = _int_param(request, "limit", 20, 1, 100)
+    limit = int_param(request, "limit", 20, 1, 100)
     order = request.query_params.get("order", "desc")
     if order not in ("asc", "desc"):
         raise invalid("Invalid 'order': expected 'asc' or 'desc'.", "order", "invalid_value")

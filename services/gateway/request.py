@@ -206,7 +206,7 @@ def _tool_choice(raw: Any, tools: list[dict[str, Any]]) -> Any:
     )
 
 
-def _metadata(raw: Any) -> dict[str, str]:
+def parse_metadata(raw: Any) -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -339,7 +339,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         truncation=truncation,
         text=_text(body.get("text")),
         reasoning=_reasoning(body.get("reasoning")),
-        metadata=_metadata(body.get("metadata")),
+        metadata=parse_metadata(body.get("metadata")),
         store=True if store is None else store,
         stream=bool(stream),
         service_tier=_opt(body, "service_tier", str, "a string") or "default",
