@@ -84,6 +84,16 @@ def test_openai_streamed_parse_gets_the_parsed_object(client):
     assert Person.model_validate_json("".join(deltas)) == final.output_parsed
 
 
+def test_openai_websocket_mode_answers_with_the_schema(client):
+    schema = Person.model_json_schema()  # as written, not made strict
+    text = {"format": {"type": "json_schema", "name": "Person", "schema": schema, "strict": False}}
+    with client.responses.connect() as conn:
+        conn.response.create(model=MODEL, input=QUESTION, text=text)
+        done = next(e for e in conn if e.type in ("response.completed", "response.failed", "error"))
+    assert done.type == "response.completed", done
+    assert isinstance(Person.model_validate_json(done.response.output_text), Person)
+
+
 def test_raw_json_schema_and_json_object_bodies(client):
     schema = {
         "type": "object",
