@@ -176,6 +176,7 @@ class ResponseEngine:
             backend=model.backend,
             # On the legacy path the imageres proxy resolves the images and sets this.
             image_tokens=prepared.image_tokens or 0,
+            text_format=request.proto_text_format,
         )
         excluded: list[str] = []
         for attempt in range(MAX_WORKER_ATTEMPTS):

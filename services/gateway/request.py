@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnpike.conversation.v1 import conversation_pb2
+from turnpike.inference.v1 import inference_pb2
 
 from gateway.errors import invalid, invalid_type
 from gateway.items import Item, normalize_input
@@ -74,6 +75,20 @@ class CreateRequest:
             )
             for tool in self.tools
         ]
+
+    @functools.cached_property
+    def proto_text_format(self) -> inference_pb2.TextFormat:
+        """``text.format`` as the worker takes it (the schema as JSON text)."""
+        fmt = self.text.get("format") or {}
+        if fmt.get("type") != "json_schema":
+            return inference_pb2.TextFormat(type=fmt.get("type") or "text")
+        return inference_pb2.TextFormat(
+            type="json_schema",
+            name=fmt["name"],
+            description=fmt.get("description") or "",
+            schema_json=dump_bytes(fmt["schema"]).decode(),
+            strict=bool(fmt.get("strict")),
+        )
 
     def tool_choice_name(self) -> str:
         """tool_choice as the worker's string: auto | none | required | a function name."""
@@ -250,12 +265,46 @@ def _text(raw: Any) -> dict[str, Any]:
             "text.format",
             "invalid_value",
         )
-    out: dict[str, Any] = {"format": fmt}
+    out: dict[str, Any] = {
+        "format": _json_schema_format(fmt) if fmt["type"] == "json_schema" else fmt
+    }
     if "verbosity" in raw:
         if raw["verbosity"] not in ("low", "medium", "high"):
             raise invalid("Invalid 'text.verbosity'.", "text.verbosity", "invalid_value")
         out["verbosity"] = raw["verbosity"]
     return out
+
+
+def _json_schema_format(fmt: dict[str, Any]) -> dict[str, Any]:
+    """A ``json_schema`` format checked and echoed as the API does (every field present)."""
+    for key in ("name", "schema"):
+        if fmt.get(key) is None:
+            raise invalid(
+                f"Missing required parameter: 'text.format.{key}'.",
+                f"text.format.{key}",
+                "missing_required_parameter",
+            )
+    name, schema = fmt["name"], fmt["schema"]
+    if not isinstance(name, str) or not TOOL_NAME_RE.fullmatch(name):
+        raise invalid(
+            "Invalid 'text.format.name': 1-64 characters from a-z, A-Z, 0-9, '_' and '-'.",
+            "text.format.name",
+            "invalid_value",
+        )
+    if not isinstance(schema, dict):
+        raise invalid_type("text.format.schema", "a JSON Schema object")
+    description, strict = fmt.get("description"), fmt.get("strict")
+    if description is not None and not isinstance(description, str):
+        raise invalid_type("text.format.description", "a string")
+    if strict is not None and not isinstance(strict, bool):
+        raise invalid_type("text.format.strict", "a boolean")
+    return {
+        "type": "json_schema",
+        "name": name,
+        "description": description,
+        "schema": schema,
+        "strict": bool(strict),
+    }
 
 
 def _reasoning(raw: Any) -> dict[str, Any] | None:
