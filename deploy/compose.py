@@ -279,7 +279,9 @@ def cmd_up(_: argparse.Namespace) -> int:
         return 1
     address = f"http://{settings['PUBLISH_ADDRESS']}:{settings['GATEWAY_PUBLISHED_PORT']}"
     print(f"[up] every container healthy after {elapsed:.1f} s")
-    print(f"[up] API: {address}/v1 (key {settings['TURNPIKE_API_KEYS'].split(':')[0]})")
+    keys = settings.get("TURNPIKE_API_KEYS", "")
+    key = keys.split(":")[0] if keys else "one of the tenants file"
+    print(f"[up] API: {address}/v1 (key {key})")
     prometheus = f"http://{settings['PUBLISH_ADDRESS']}:{settings['PROMETHEUS_PUBLISHED_PORT']}"
     print(f"[up] Prometheus: {prometheus} (UI; HTTP API under /api/v1)")
     if "jaeger" in compose.profiles:

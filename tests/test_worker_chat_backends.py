@@ -314,6 +314,33 @@ async def test_a_caller_that_stops_reading_closes_the_upstream_stream(fake, make
     assert fake.disconnects == ["fake-slow"]
 
 
+@pytest.mark.parametrize(
+    ("text_format", "sent"),
+    [
+        (
+            pb.TextFormat(
+                type="json_schema",
+                name="weather",
+                schema_json=json.dumps(WEATHER_SCHEMA),
+                strict=True,
+            ),
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "weather", "schema": WEATHER_SCHEMA, "strict": True},
+            },
+        ),
+        (pb.TextFormat(type="json_object"), {"type": "json_object"}),
+    ],
+)
+async def test_the_text_format_is_sent_as_response_format(
+    fake, make_backend, text_format, sent
+) -> None:
+    events = await run(make_backend(), request("fake-text", text_format=text_format))
+    assert events[-1].finished.finish_reason == "stop"
+    [upstream] = fake.requests
+    assert upstream.body["response_format"] == sent
+
+
 async def test_unmappable_request_raises_before_any_request(fake, make_backend) -> None:
     with pytest.raises(InvalidRequestError, match="not among the tools"):
         await run(make_backend(), request(tools=[WEATHER_PROTO_TOOL], tool_choice="nope"))

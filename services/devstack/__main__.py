@@ -101,7 +101,7 @@ def banner(stack: LocalStack) -> str:
             f"  API        {ep.base_url}",
             f"  WebSocket  {ep.ws_url}",
             f"  dashboard  http://{ep.gateway}/dashboard",
-            f"  API key    {ep.api_key}",
+            f"  API key    {ep.api_key or 'one of the tenants file (its keys are not shown)'}",
             f"  try        {curl}",
             f'  SDK        OpenAI(base_url="{ep.base_url}", api_key="{ep.api_key}")',
             f"  state      {shown(ep.state_dir)} (logs in {shown(ep.log_dir)})",

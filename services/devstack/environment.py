@@ -9,7 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turnpike.catalogue import BACKENDS, GATEWAY
-from turnpike.config import API_KEYS_VARIABLE, DEFAULT_API_KEYS, parse_api_keys
+from turnpike.config import (
+    API_KEYS_VARIABLE,
+    DEFAULT_API_KEYS,
+    TENANTS_FILE_VARIABLE,
+    parse_api_keys,
+)
 
 from devstack.layout import ServiceSpec, StackConfig
 
@@ -71,7 +76,8 @@ class StackEndpoints:
     base_url: str  # http://host:port/v1 (the SDK's base_url)
     ws_url: str  # ws://host:port/v1/responses (the WebSocket endpoint itself)
     ws_base_url: str  # ws://host:port/v1 (the SDK's websocket_base_url)
-    api_key: str  # the first configured key (sk-turnpike-dev unless overridden)
+    # The first configured key (sk-turnpike-dev unless overridden; "" with a tenants file).
+    api_key: str
     api_keys: dict[str, str]  # tenant -> key
     gateway: str
     safety: str
@@ -93,8 +99,12 @@ def stack_endpoints(cfg: StackConfig) -> StackEndpoints:
     """Where a stack laid out as ``cfg`` answers, and the keys its gateway accepts."""
     gateway = ServiceSpec(GATEWAY.name, GATEWAY.name, cfg.gateway_port, GATEWAY.protocol)
     gateway_env = build_env(cfg, gateway)
-    # As the gateway reads it: unset means the development key; set means checked.
-    keys = keys_by_tenant(gateway_env.get(API_KEYS_VARIABLE, DEFAULT_API_KEYS))
+    # As the gateway reads it: unset means the development key; set means checked. With
+    # a tenants file the keys are not known here (the file holds their hashes only).
+    if gateway_env.get(TENANTS_FILE_VARIABLE):
+        keys = {}
+    else:
+        keys = keys_by_tenant(gateway_env.get(API_KEYS_VARIABLE, DEFAULT_API_KEYS))
 
     def limit(name: str) -> int | None:
         raw = gateway_env.get(name)
@@ -105,7 +115,7 @@ def stack_endpoints(cfg: StackConfig) -> StackEndpoints:
         base_url=cfg.base_url,
         ws_url=f"{ws_base}/responses",
         ws_base_url=ws_base,
-        api_key=next(iter(keys.values())),
+        api_key=next(iter(keys.values()), ""),
         api_keys=keys,
         gateway=cfg.address(cfg.gateway_port),
         workers=cfg.worker_addresses(),

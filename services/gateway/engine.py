@@ -37,7 +37,7 @@ from gateway.request import CreateRequest
 from gateway.request_context import RequestContext
 from gateway.response_object import new_response, usage
 from gateway.stages import Resources
-from gateway.stages.load_conversation import load_parent
+from gateway.stages.load_conversation import load_parent, load_stored_conversation
 from gateway.stages.render import render_all
 from gateway.stages.resolve_images import image_tokens
 from gateway.stages.route import pick_worker
@@ -176,6 +176,7 @@ class ResponseEngine:
             backend=model.backend,
             # On the legacy path the imageres proxy resolves the images and sets this.
             image_tokens=prepared.image_tokens or 0,
+            text_format=request.proto_text_format,
         )
         excluded: list[str] = []
         for attempt in range(MAX_WORKER_ATTEMPTS):
@@ -324,6 +325,9 @@ class ResponseEngine:
                     cache.evict_after_failure(request.previous_response_id, ctx.lane)
                 if request.store:
                     await self._store(prepared)
+                if finished_ok and request.conversation:  # the turn joins its conversation
+                    turn = [*request.input_items, *response["output"]]
+                    await self.res.conversations.append(ctx.tenant, request.conversation, turn)
                 if response["usage"] and request.generate:
                     await self._bill(prepared)
         except Exception:
@@ -420,6 +424,10 @@ class ResponseEngine:
         parent = None
         if request.previous_response_id:
             parent = await load_parent(self.res.store, tenant, request.previous_response_id)
+        elif request.conversation:
+            parent = await load_stored_conversation(
+                self.res.conversations, tenant, request.conversation
+            )
         conversation = join_conversation(parent, request, tenant, response_id="")
         rendered = await render_all(self.res, request, conversation.items)
         images = await image_tokens(conversation.items, self.res.image_limits)

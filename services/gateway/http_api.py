@@ -133,7 +133,7 @@ async def cancel_response(response_id: str, request: Request) -> Response:
     )
 
 
-def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
@@ -150,7 +150,7 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
 async def list_input_items(response_id: str, request: Request) -> Response:
     gw = gateway_of(request)
     tenant = gw.keys.tenant_for(request.headers)
-    limit = _int_param(request, "limit", 20, 1, 100)
+    limit = int_param(request, "limit", 20, 1, 100)
     order = request.query_params.get("order", "desc")
     if order not in ("asc", "desc"):
         raise invalid("Invalid 'order': expected 'asc' or 'desc'.", "order", "invalid_value")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnpike.conversation.v1 import conversation_pb2
+from turnpike.inference.v1 import inference_pb2
 
 from gateway.errors import invalid, invalid_type
 from gateway.items import Item, normalize_input
@@ -30,6 +31,7 @@ class CreateRequest:
     input_items: list[Item]
     instructions: str | None = None
     previous_response_id: str | None = None
+    conversation: str | None = None  # a conversation's id (/v1/conversations)
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_choice: Any = "auto"
     parallel_tool_calls: bool = True
@@ -73,6 +75,20 @@ class CreateRequest:
             )
             for tool in self.tools
         ]
+
+    @functools.cached_property
+    def proto_text_format(self) -> inference_pb2.TextFormat:
+        """``text.format`` as the worker takes it (the schema as JSON text)."""
+        fmt = self.text.get("format") or {}
+        if fmt.get("type") != "json_schema":
+            return inference_pb2.TextFormat(type=fmt.get("type") or "text")
+        return inference_pb2.TextFormat(
+            type="json_schema",
+            name=fmt["name"],
+            description=fmt.get("description") or "",
+            schema_json=dump_bytes(fmt["schema"]).decode(),
+            strict=bool(fmt.get("strict")),
+        )
 
     def tool_choice_name(self) -> str:
         """tool_choice as the worker's string: auto | none | required | a function name."""
@@ -205,7 +221,7 @@ def _tool_choice(raw: Any, tools: list[dict[str, Any]]) -> Any:
     )
 
 
-def _metadata(raw: Any) -> dict[str, str]:
+def parse_metadata(raw: Any) -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -224,6 +240,19 @@ def _metadata(raw: Any) -> dict[str, str]:
     return dict(raw)
 
 
+def _conversation(raw: Any) -> str | None:
+    """A conversation's id, given as itself or as ``{"id": ...}``."""
+    if raw is None:
+        return None
+    if isinstance(raw, dict):
+        raw = raw.get("id")
+        if not isinstance(raw, str) or not raw:
+            raise invalid_type("conversation.id", "a conversation id string")
+    if not isinstance(raw, str) or not raw:
+        raise invalid_type("conversation", "a conversation id string or an object with 'id'")
+    return raw
+
+
 def _text(raw: Any) -> dict[str, Any]:
     if raw is None:
         return {"format": {"type": "text"}}
@@ -236,12 +265,46 @@ def _text(raw: Any) -> dict[str, Any]:
             "text.format",
             "invalid_value",
         )
-    out: dict[str, Any] = {"format": fmt}
+    out: dict[str, Any] = {
+        "format": _json_schema_format(fmt) if fmt["type"] == "json_schema" else fmt
+    }
     if "verbosity" in raw:
         if raw["verbosity"] not in ("low", "medium", "high"):
             raise invalid("Invalid 'text.verbosity'.", "text.verbosity", "invalid_value")
         out["verbosity"] = raw["verbosity"]
     return out
+
+
+def _json_schema_format(fmt: dict[str, Any]) -> dict[str, Any]:
+    """A ``json_schema`` format checked and echoed as the API does (every field present)."""
+    for key in ("name", "schema"):
+        if fmt.get(key) is None:
+            raise invalid(
+                f"Missing required parameter: 'text.format.{key}'.",
+                f"text.format.{key}",
+                "missing_required_parameter",
+            )
+    name, schema = fmt["name"], fmt["schema"]
+    if not isinstance(name, str) or not TOOL_NAME_RE.fullmatch(name):
+        raise invalid(
+            "Invalid 'text.format.name': 1-64 characters from a-z, A-Z, 0-9, '_' and '-'.",
+            "text.format.name",
+            "invalid_value",
+        )
+    if not isinstance(schema, dict):
+        raise invalid_type("text.format.schema", "a JSON Schema object")
+    description, strict = fmt.get("description"), fmt.get("strict")
+    if description is not None and not isinstance(description, str):
+        raise invalid_type("text.format.description", "a string")
+    if strict is not None and not isinstance(strict, bool):
+        raise invalid_type("text.format.strict", "a boolean")
+    return {
+        "type": "json_schema",
+        "name": name,
+        "description": description,
+        "schema": schema,
+        "strict": bool(strict),
+    }
 
 
 def _reasoning(raw: Any) -> dict[str, Any] | None:
@@ -266,13 +329,15 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
             "background",
             "unsupported_parameter",
         )
-    if "conversation" in body and body["conversation"] is not None:
-        raise invalid(
-            "The 'conversation' parameter is not supported; use 'previous_response_id'.",
-            "conversation",
-            "unsupported_parameter",
-        )
     previous = _opt(body, "previous_response_id", str, "a string")
+    conversation = _conversation(body.get("conversation"))
+    if conversation is not None and previous is not None:
+        raise invalid(
+            "Mutually exclusive parameters: Ensure you are only providing one of: "
+            "'previous_response_id' or 'conversation'.",
+            "conversation",
+            "mutually_exclusive_parameters",
+        )
     input_items = normalize_input(body.get("input"))
     if not input_items and previous is None and not websocket:
         raise invalid("Missing required parameter: 'input'.", "input", "missing_required_parameter")
@@ -309,6 +374,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         input_items=input_items,
         instructions=instructions,
         previous_response_id=previous,
+        conversation=conversation,
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
         parallel_tool_calls=True if parallel is None else parallel,
@@ -322,7 +388,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         truncation=truncation,
         text=_text(body.get("text")),
         reasoning=_reasoning(body.get("reasoning")),
-        metadata=_metadata(body.get("metadata")),
+        metadata=parse_metadata(body.get("metadata")),
         store=True if store is None else store,
         stream=bool(stream),
         service_tier=_opt(body, "service_tier", str, "a string") or "default",

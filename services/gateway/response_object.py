@@ -21,7 +21,7 @@ def new_response(
     metadata = request.metadata
     if safety_flags:
         metadata = {**metadata, SAFETY_METADATA_KEY: ",".join(safety_flags)[:512]}
-    return {
+    response: dict[str, Any] = {
         "id": response_id,
         "object": "response",
         "created_at": int(time.time()),
@@ -55,6 +55,9 @@ def new_response(
         "user": request.user,
         "metadata": metadata,
     }
+    if request.conversation is not None:
+        response["conversation"] = {"id": request.conversation}
+    return response
 
 
 def usage(input_tokens: int, cached_tokens: int, output_tokens: int) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from turnpike.image_resolution import Limits
 from gateway.admission import AdmissionControl
 from gateway.backends import Backends
 from gateway.billing_outbox import BillingOutbox
+from gateway.conversation_store import ConversationStore, InMemoryConversationStore
+from gateway.conversation_store_redis import RedisConversationStore
 from gateway.engine import ResponseEngine
 from gateway.limits import FallbackLimiter, Limiter, LocalLimiter, RedisLimiter
 from gateway.model_cache import ModelConfigCache
@@ -55,6 +57,11 @@ class Gateway:
             store = RedisResponseStore(settings.redis_url, settings.redis_store_ttl_s)
         else:
             store = InMemoryResponseStore(settings.store_max_responses)
+        conversations: ConversationStore
+        if settings.redis_url:
+            conversations = RedisConversationStore(settings.redis_url, settings.redis_store_ttl_s)
+        else:
+            conversations = InMemoryConversationStore(settings.store_max_responses)
         outbox = BillingOutbox(backends.billing, settings.billing_outbox_max_events)
         images = settings.images
         resources = Resources(
@@ -63,6 +70,7 @@ class Gateway:
             ModelConfigCache(settings.model_cache_ttl_s),
             TokenCache(settings.token_cache_tokens),
             Limits(images.max_image_bytes, images.max_image_pixels),
+            conversations,
         )
         admission = AdmissionControl(build_limiter(settings), InFlight(settings.max_in_flight))
         engine = ResponseEngine(resources, outbox, admission)
@@ -76,6 +84,7 @@ class Gateway:
         await self.outbox.close(grace_s)
         await self.backends.close()
         await self.store.close()
+        await self.engine.res.conversations.close()
         await self.admission.close()
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:

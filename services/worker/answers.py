@@ -11,6 +11,12 @@ It reads the structured conversation, like a model would:
 4. Otherwise: a short message (about 20 to 60 tokens) of seeded pseudo-text that
    mentions the words of the user's question; when the user asks for a length ("in
    2000 words", "500 tokens"), about that many tokens, so long streams can be tested.
+
+A message (2. and 4.) follows the request's ``text_format`` (structured outputs):
+``json_schema`` -> JSON text valid for the schema, built as tool arguments are
+(``schema_instance``, values from the user's words); ``json_object`` -> a small JSON
+object, ``{"answer": ...}`` with the pseudo-text as its value. Function calls are
+unaffected: a call still wins when tools apply.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnpike.conversation.v1 import conversation_pb2
+from turnpike.inference.v1 import inference_pb2
 
 from worker.schema_instance import generate_arguments
 from worker.user_text import content_words, name_words
@@ -61,6 +68,7 @@ def plan_answer(
     seed: int,
     count_tokens: Callable[[str], int],
     instructions: str = "",
+    text_format: inference_pb2.TextFormat | None = None,
 ) -> Answer:
     choice = tool_choice or "auto"
     if choice not in ("auto", "none", "required") and not any(t.name == choice for t in tools):
@@ -69,11 +77,22 @@ def plan_answer(
         raise AnswerError("tool_choice is 'required' but no tools are given")
     user_text = last_user_text(items) or instructions
     forced = choice != "auto" and choice != "none"
-    if items and items[-1].kind == Item.FUNCTION_CALL_OUTPUT and not forced:
+    kind = text_format.type if text_format is not None else ""
+    if kind not in ("", "text", "json_object", "json_schema"):
+        raise AnswerError(f"text format type '{kind}' is not one of text, json_object, json_schema")
+    after_tool = bool(items) and items[-1].kind == Item.FUNCTION_CALL_OUTPUT
+    if after_tool and not forced:
+        if kind in ("json_object", "json_schema"):
+            words = " ".join([user_text, *tool_outputs(items)])  # what the answer is made of
+            return MessageAnswer(structured_text(text_format, words, seed))
         return MessageAnswer(tool_result_text(items, seed))
     if tools and choice != "none":
         tool = choose_tool(tools, choice, user_text, seed)
         return FunctionCallAnswer(tool.name, tool_arguments(tool, user_text, seed))
+    if kind == "json_object":
+        return MessageAnswer(json_object_text(user_text, seed, count_tokens))
+    if kind == "json_schema":
+        return MessageAnswer(structured_text(text_format, user_text, seed))
     return MessageAnswer(pseudo_text(user_text, seed, count_tokens))
 
 
@@ -107,13 +126,23 @@ _CLOSERS = (
 )
 
 
-def tool_result_text(items: Sequence[conversation_pb2.Item], seed: int) -> str:
-    """One line per trailing tool output, then a closing sentence."""
+def tool_outputs(items: Sequence[conversation_pb2.Item]) -> list[str]:
+    """The texts of the trailing tool outputs, in order."""
+    return [o.text for o in _trailing_outputs(items)]
+
+
+def _trailing_outputs(items: Sequence[conversation_pb2.Item]) -> list[conversation_pb2.Item]:
     outputs: list[conversation_pb2.Item] = []
     for item in reversed(items):
         if item.kind != Item.FUNCTION_CALL_OUTPUT:
             break
         outputs.insert(0, item)
+    return outputs
+
+
+def tool_result_text(items: Sequence[conversation_pb2.Item], seed: int) -> str:
+    """One line per trailing tool output, then a closing sentence."""
+    outputs = _trailing_outputs(items)
     lines = []
     for output in outputs:
         text = collapse(output.text)
@@ -159,15 +188,38 @@ def tool_arguments(tool: conversation_pb2.Tool, user_text: str, seed: int) -> st
 
 
 def parse_schema(tool: conversation_pb2.Tool) -> Any:
-    if not tool.parameters_json.strip():
+    return schema_from_json(tool.parameters_json, f"tool '{tool.name}'", "parameters")
+
+
+def schema_from_json(text: str, owner: str, field: str) -> Any:
+    """A decoded JSON Schema (an empty object schema for no text), or an AnswerError
+    naming whose (``owner``) ``field`` it is."""
+    if not text.strip():
         return {"type": "object", "properties": {}}
     try:
-        schema = json.loads(tool.parameters_json)
+        schema = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise AnswerError(f"tool '{tool.name}' has invalid parameters JSON: {exc}") from exc
+        raise AnswerError(f"{owner} has invalid {field} JSON: {exc}") from exc
     if not isinstance(schema, (dict, bool)):
-        raise AnswerError(f"tool '{tool.name}' parameters must be a JSON Schema object")
+        raise AnswerError(f"{owner} {field} must be a JSON Schema object")
     return schema
+
+
+# -- structured outputs ----------------------------------------------------------------
+
+
+def structured_text(text_format: inference_pb2.TextFormat, user_text: str, seed: int) -> str:
+    """JSON text valid for the format's schema, its values from ``user_text``."""
+    schema = schema_from_json(
+        text_format.schema_json, f"text format '{text_format.name}'", "schema"
+    )
+    rng = stable_rng(seed, "structured", text_format.name, user_text)
+    return json.dumps(generate_arguments(schema, user_text, rng), ensure_ascii=False)
+
+
+def json_object_text(user_text: str, seed: int, count_tokens: Callable[[str], int]) -> str:
+    """A small JSON object: the pseudo-text answer under ``"answer"``."""
+    return json.dumps({"answer": pseudo_text(user_text, seed, count_tokens)}, ensure_ascii=False)
 
 
 # -- plain text ------------------------------------------------------------------------

@@ -16,6 +16,9 @@ Request (``chat_params``):
 - tools -> ``{"type": "function", "function": {name, description?, parameters?,
   strict?}}``; ``tool_choice`` auto | none | required, or a function name ->
   ``{"type": "function", "function": {"name"}}``; both only when there are tools;
+- ``text_format`` (structured outputs) -> ``response_format``: ``json_schema`` ->
+  ``{"type": "json_schema", "json_schema": {name, description?, schema, strict}}``,
+  ``json_object`` -> ``{"type": "json_object"}``; plain text sends none;
 - sampling: ``temperature`` always (the gateway always sets it; 0 is greedy), ``top_p``,
   ``seed`` and ``max_completion_tokens`` only when non-zero (0 means unset there).
 
@@ -168,6 +171,28 @@ def chat_tool_choice(choice: str, tool_names: Sequence[str]) -> str | dict[str, 
     return {"type": "function", "function": {"name": choice}}
 
 
+def chat_response_format(text_format: pb.TextFormat) -> dict[str, Any] | None:
+    """None means plain text (the API's default: nothing to send)."""
+    if text_format.type in ("", "text"):
+        return None
+    if text_format.type == "json_object":
+        return {"type": "json_object"}
+    if text_format.type != "json_schema":
+        raise MappingError(f"unsupported text format {text_format.type!r}")
+    if not text_format.name:
+        raise MappingError("a json_schema text format needs a name")
+    try:
+        schema = json.loads(text_format.schema_json) if text_format.schema_json else {}
+    except json.JSONDecodeError as exc:
+        raise MappingError(f"text format {text_format.name!r}: schema is not JSON: {exc}") from exc
+    json_schema: dict[str, Any] = {"name": text_format.name}
+    if text_format.description:
+        json_schema["description"] = text_format.description
+    json_schema["schema"] = schema
+    json_schema["strict"] = text_format.strict
+    return {"type": "json_schema", "json_schema": json_schema}
+
+
 def chat_params(request: pb.GenerateRequest) -> dict[str, Any]:
     """Keyword arguments of ``chat.completions.create`` (without ``stream``)."""
     if not request.model:
@@ -184,6 +209,9 @@ def chat_params(request: pb.GenerateRequest) -> dict[str, Any]:
         if choice is not None:
             params["tool_choice"] = choice
         params["parallel_tool_calls"] = request.parallel_tool_calls
+    response_format = chat_response_format(request.text_format)
+    if response_format is not None:
+        params["response_format"] = response_format
     sampling = request.sampling
     if sampling.max_output_tokens < 0:
         raise MappingError("sampling.max_output_tokens must be >= 0")

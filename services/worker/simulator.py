@@ -112,6 +112,7 @@ class SimulatorBackend:
                 request.sampling.seed,
                 self.count_tokens,
                 request.instructions,
+                request.text_format,
             )
         except AnswerError as exc:
             raise InvalidRequestError(str(exc)) from exc

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from turnpike.image_resolution import Limits
 
 from gateway.backends import Backends
+from gateway.conversation_store import ConversationStore, InMemoryConversationStore
 from gateway.errors import ApiError
 from gateway.model_cache import ModelConfigCache
 from gateway.prepared import Prepared
@@ -35,6 +36,10 @@ class Resources:
     model_cache: ModelConfigCache
     token_cache: TokenCache
     image_limits: Limits
+    # /v1/conversations: what a request's ``conversation`` names.
+    conversations: ConversationStore = field(
+        default_factory=lambda: InMemoryConversationStore(10_000)
+    )
 
 
 class Stage:

@@ -1,4 +1,5 @@
-"""``load_conversation``: the response a follow-up names (``previous_response_id``)."""
+"""``load_conversation``: the response a follow-up names (``previous_response_id``), or
+the stored conversation it continues (``conversation``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from gateway.conversation_state import ConversationState
-from gateway.errors import invalid
+from gateway.conversation_store import ConversationStore
+from gateway.errors import invalid, not_found
 from gateway.items import to_proto
 from gateway.prepared import Parent, Prepared
 from gateway.stages.base import Resources, Stage
@@ -25,9 +27,15 @@ class LoadConversation(Stage):
     rendered_tokens: bool = False
 
     def applies(self, p: Prepared) -> bool:
-        return bool(p.request.previous_response_id)
+        return bool(p.request.previous_response_id or p.request.conversation)
 
     async def run(self, p: Prepared, res: Resources) -> Parent:
+        if p.request.conversation:
+            return Parent(
+                await load_stored_conversation(
+                    res.conversations, p.ctx.tenant, p.request.conversation
+                )
+            )
         previous_id = p.request.previous_response_id
         assert previous_id
         cache = p.ctx.connection_cache
@@ -61,4 +69,27 @@ async def load_parent(
         conversation_id=chain[0].id,
         affinity_key=chain[-1].affinity_key or chain[0].id,
         rendered=token_cache.get(tenant, previous_id) if token_cache is not None else None,
+    )
+
+
+async def load_stored_conversation(
+    conversations: ConversationStore, tenant: str, conversation_id: str
+) -> ConversationState:
+    """A stored conversation's items as the history a turn continues, or the API's
+    not-found error. It keys its safety state and routing itself."""
+    history = await conversations.items(tenant, conversation_id)
+    if history is None:
+        raise not_found(
+            f"Conversation with id '{conversation_id}' not found.",
+            "conversation",
+            "conversation_not_found",
+        )
+    call_names: dict[str, str] = {}
+    return ConversationState(
+        response={},
+        history=history,
+        proto_history=to_proto(history, call_names),
+        call_names=call_names,
+        conversation_id=conversation_id,
+        affinity_key=conversation_id,
     )

@@ -21,7 +21,7 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "model", "prompt", "instructions", "items", "tools", "tool_choice", "parallel_tool_calls", "sampling", "tokens_per_second", "ttft_ms", "prefill_tokens_per_second", "backend", "image_tokens")
+    __slots__ = ("request_id", "model", "prompt", "instructions", "items", "tools", "tool_choice", "parallel_tool_calls", "sampling", "tokens_per_second", "ttft_ms", "prefill_tokens_per_second", "backend", "image_tokens", "text_format")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,7 @@ class GenerateRequest(_message.Message):
     PREFILL_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     IMAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     prompt: bytes
@@ -50,7 +51,22 @@ class GenerateRequest(_message.Message):
     prefill_tokens_per_second: float
     backend: str
     image_tokens: int
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[bytes] = ..., instructions: _Optional[str] = ..., items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.Tool, _Mapping]]] = ..., tool_choice: _Optional[str] = ..., parallel_tool_calls: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., tokens_per_second: _Optional[float] = ..., ttft_ms: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., backend: _Optional[str] = ..., image_tokens: _Optional[int] = ...) -> None: ...
+    text_format: TextFormat
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[bytes] = ..., instructions: _Optional[str] = ..., items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.Tool, _Mapping]]] = ..., tool_choice: _Optional[str] = ..., parallel_tool_calls: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., tokens_per_second: _Optional[float] = ..., ttft_ms: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., backend: _Optional[str] = ..., image_tokens: _Optional[int] = ..., text_format: _Optional[_Union[TextFormat, _Mapping]] = ...) -> None: ...
+
+class TextFormat(_message.Message):
+    __slots__ = ("type", "name", "description", "schema_json", "strict")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    STRICT_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    name: str
+    description: str
+    schema_json: str
+    strict: bool
+    def __init__(self, type: _Optional[str] = ..., name: _Optional[str] = ..., description: _Optional[str] = ..., schema_json: _Optional[str] = ..., strict: _Optional[bool] = ...) -> None: ...
 
 class GenerateEvent(_message.Message):
     __slots__ = ("item_started", "delta", "item_done", "finished", "error")

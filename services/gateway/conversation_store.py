@@ -1,0 +1,167 @@
+"""The conversation store (``/v1/conversations``): what a store of conversations offers
+(``ConversationStore``), and its in-process implementation, bounded.
+
+A conversation is its metadata and an ordered list of canonical items (``gateway.items``),
+each with its own id. ``RedisConversationStore`` (``conversation_store_redis``) is the
+shared tier. Every operation is scoped by tenant: another tenant's id finds nothing,
+exactly like an id that never existed. A store that cannot answer raises
+``StoreUnavailable``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from turnpike.ids import new_id
+
+from gateway.items import Item
+
+
+@dataclass
+class StoredConversation:
+    id: str
+    created_at: int
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "conversation",
+            "created_at": self.created_at,
+            "metadata": dict(self.metadata),
+        }
+
+
+def new_conversation(metadata: dict[str, str]) -> StoredConversation:
+    return StoredConversation(new_id("conv"), int(time.time()), dict(metadata))
+
+
+class ConversationStore(Protocol):
+    async def create(
+        self, tenant: str, conversation: StoredConversation, items: list[Item]
+    ) -> None:
+        """Store a new conversation with its first items."""
+
+    async def get(self, tenant: str, conversation_id: str) -> StoredConversation | None:
+        """The tenant's conversation, or None."""
+
+    async def update(
+        self, tenant: str, conversation_id: str, metadata: dict[str, str]
+    ) -> StoredConversation | None:
+        """Replace the metadata; the conversation, or None when there is none."""
+
+    async def delete(self, tenant: str, conversation_id: str) -> bool:
+        """Whether there was such a conversation to delete (its items go with it)."""
+
+    async def append(self, tenant: str, conversation_id: str, items: list[Item]) -> bool:
+        """Add items at the end; False when there is no such conversation."""
+
+    async def items(self, tenant: str, conversation_id: str) -> list[Item] | None:
+        """Every item, oldest first; None when there is no such conversation."""
+
+    async def delete_item(self, tenant: str, conversation_id: str, item_id: str) -> bool | None:
+        """Whether the item was there; None when there is no such conversation."""
+
+    async def close(self) -> None:
+        """Release connections (at shutdown)."""
+
+
+@dataclass
+class _Entry:
+    conversation: StoredConversation
+    items: list[Item]
+
+
+class InMemoryConversationStore:
+    """In process. Bounded by conversations and by the items they hold together: past
+    either bound the least recently used conversations leave first (never the one just
+    written, even alone over the bound)."""
+
+    def __init__(self, max_conversations: int, max_items: int = 1_000_000) -> None:
+        if max_conversations < 1:
+            raise ValueError("the conversation store needs room for at least one conversation")
+        self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
+        self._max_conversations = max_conversations
+        self._max_items = max_items
+        self._total_items = 0
+
+    def _use(self, tenant: str, conversation_id: str) -> _Entry | None:
+        key = (tenant, conversation_id)
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def _evict(self) -> None:
+        entries = self._entries
+        while len(entries) > 1 and (
+            len(entries) > self._max_conversations or self._total_items > self._max_items
+        ):
+            _, oldest = entries.popitem(last=False)
+            self._total_items -= len(oldest.items)
+
+    async def create(
+        self, tenant: str, conversation: StoredConversation, items: list[Item]
+    ) -> None:
+        old = self._entries.pop((tenant, conversation.id), None)
+        if old is not None:
+            self._total_items -= len(old.items)
+        self._entries[(tenant, conversation.id)] = _Entry(
+            _copy(conversation), [dict(i) for i in items]
+        )
+        self._total_items += len(items)
+        self._evict()
+
+    async def get(self, tenant: str, conversation_id: str) -> StoredConversation | None:
+        entry = self._use(tenant, conversation_id)
+        return None if entry is None else _copy(entry.conversation)
+
+    async def update(
+        self, tenant: str, conversation_id: str, metadata: dict[str, str]
+    ) -> StoredConversation | None:
+        entry = self._use(tenant, conversation_id)
+        if entry is None:
+            return None
+        entry.conversation.metadata = dict(metadata)
+        return _copy(entry.conversation)
+
+    async def delete(self, tenant: str, conversation_id: str) -> bool:
+        entry = self._entries.pop((tenant, conversation_id), None)
+        if entry is None:
+            return False
+        self._total_items -= len(entry.items)
+        return True
+
+    async def append(self, tenant: str, conversation_id: str, items: list[Item]) -> bool:
+        entry = self._use(tenant, conversation_id)
+        if entry is None:
+            return False
+        entry.items.extend(dict(i) for i in items)
+        self._total_items += len(items)
+        self._evict()
+        return True
+
+    async def items(self, tenant: str, conversation_id: str) -> list[Item] | None:
+        entry = self._use(tenant, conversation_id)
+        return None if entry is None else list(entry.items)
+
+    async def delete_item(self, tenant: str, conversation_id: str, item_id: str) -> bool | None:
+        entry = self._use(tenant, conversation_id)
+        if entry is None:
+            return None
+        for i, item in enumerate(entry.items):
+            if item.get("id") == item_id:
+                del entry.items[i]
+                self._total_items -= 1
+                return True
+        return False
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+def _copy(conversation: StoredConversation) -> StoredConversation:
+    return StoredConversation(conversation.id, conversation.created_at, dict(conversation.metadata))

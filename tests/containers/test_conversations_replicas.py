@@ -1,0 +1,55 @@
+"""Conversations in a real Redis, through the official SDK: two gateway replicas share
+them (created on one, continued and listed on the other), and a tenant still finds only
+its own."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+from openai import OpenAI
+from support.gateway_process import start_gateway, stop
+
+pytestmark = pytest.mark.stack
+
+KEYS = "sk-turnpike-dev:dev,sk-test-bob:bob"
+
+
+@pytest.fixture
+def two_replicas(stack, redis_url):
+    started = [
+        start_gateway(stack, TURNPIKE_REDIS_URL=redis_url, TURNPIKE_API_KEYS=KEYS) for _ in range(2)
+    ]
+    yield [base + "/v1" for _, base in started]
+    for proc, _ in started:
+        stop(proc)
+
+
+def test_replicas_share_conversations(two_replicas):
+    a, b = (
+        OpenAI(base_url=base, api_key="sk-turnpike-dev", max_retries=0) for base in two_replicas
+    )
+    conversation = a.conversations.create(items=[{"role": "user", "content": "Remember teal."}])
+    first = b.responses.create(
+        model="turnpike-sim", conversation=conversation.id, input="Which colour?"
+    )
+    second = a.responses.create(
+        model="turnpike-sim", conversation=conversation.id, input="Once more?"
+    )
+    assert first.status == second.status == "completed"
+    assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
+    items = list(b.conversations.items.list(conversation.id, order="asc"))
+    assert [item.role for item in items] == ["user", "user", "assistant", "user", "assistant"]
+    assert items[-1].id == second.output[0].id
+
+    bob = OpenAI(base_url=two_replicas[1], api_key="sk-test-bob", max_retries=0)
+    for call in (
+        lambda: bob.conversations.retrieve(conversation.id),
+        lambda: bob.responses.create(
+            model="turnpike-sim", conversation=conversation.id, input="Mine now?"
+        ),
+    ):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    a.conversations.delete(conversation.id)
+    with pytest.raises(openai.NotFoundError):
+        b.conversations.retrieve(conversation.id)

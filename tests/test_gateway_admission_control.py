@@ -1,0 +1,78 @@
+"""gateway.admission without a gateway: the order of its checks, the errors it maps the
+limiter's refusals to, and release (once, whatever happens)."""
+
+from __future__ import annotations
+
+import pytest
+from gateway.admission import AdmissionControl, estimate_tokens
+from gateway.errors import ApiError
+from gateway.limits import LocalLimiter
+from gateway.request import parse_create
+from gateway.shedding import InFlight
+from gateway.tenants import TenantLimits, TokenBudget
+
+
+def request(**body):
+    return parse_create({"model": "turnpike-sim", "input": "hi", **body}, default_model="x")
+
+
+def control(bound: int = 4) -> AdmissionControl:
+    return AdmissionControl(LocalLimiter(), InFlight(bound))
+
+
+async def test_a_model_outside_the_list_is_refused_before_anything_is_counted() -> None:
+    admission = control()
+    with pytest.raises(ApiError) as refused:
+        await admission.admit("t", TenantLimits(models=frozenset({"other"})), request(), 10)
+    assert (refused.value.status, refused.value.code) == (400, "model_not_found")
+    assert admission.in_flight.total == 0
+
+
+async def test_over_the_requests_limit_a_429_with_headers_and_nothing_held() -> None:
+    admission = control()
+    limits = TenantLimits(requests_per_minute=1)
+    first = await admission.admit("t", limits, request(), 10)
+    assert first.headers["x-ratelimit-limit-requests"] == "1"
+    with pytest.raises(ApiError) as refused:
+        await admission.admit("t", limits, request(), 10)
+    error = refused.value
+    assert (error.status, error.code, error.type) == (429, "rate_limit_exceeded", "requests")
+    assert int(error.headers["retry-after"]) >= 1
+    assert error.headers["x-ratelimit-remaining-requests"] == "0"
+    assert admission.in_flight.total == 1  # only the first
+
+
+async def test_a_spent_budget_is_insufficient_quota() -> None:
+    admission = control()
+    limits = TenantLimits(token_budget=TokenBudget(10, "day"))
+    admitted = await admission.admit("t", limits, request(), 10)
+    await admission.release(admitted, 500)
+    with pytest.raises(ApiError) as refused:
+        await admission.admit("t", limits, request(), 10)
+    assert (refused.value.status, refused.value.code) == (429, "insufficient_quota")
+
+
+async def test_past_the_bound_a_fast_503() -> None:
+    admission = control(bound=1)
+    await admission.admit("t", TenantLimits(), request(), 10)
+    with pytest.raises(ApiError) as refused:
+        await admission.admit("u", TenantLimits(), request(), 10)
+    assert (refused.value.status, refused.value.code) == (503, "server_overloaded")
+    assert refused.value.headers == {"retry-after": "1"}
+
+
+async def test_release_frees_the_slot_once() -> None:
+    admission = control(bound=1)
+    limits = TenantLimits(max_concurrent_responses=1)
+    admitted = await admission.admit("t", limits, request(), 10)
+    await admission.release(admitted, 100)
+    await admission.release(admitted, 100)  # a second release changes nothing
+    assert admission.in_flight.total == 0
+    again = await admission.admit("t", limits, request(), 10)
+    await admission.release(again, 0)
+    await admission.release(None, 0)
+
+
+def test_the_estimate_is_the_body_over_four_plus_the_output_asked_for() -> None:
+    assert estimate_tokens(request(max_output_tokens=100), 400) == 200
+    assert estimate_tokens(request(), 0) == 1024
