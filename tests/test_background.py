@@ -9,6 +9,7 @@ import httpx
 import openai
 import pytest
 from openai import OpenAI
+from support.background import start_long_response, stream_then_drop
 
 pytestmark = pytest.mark.stack
 
@@ -78,16 +79,7 @@ def test_background_needs_store(stack):
 def test_cancelling_stops_generation_and_bills_what_was_generated(stack):
     before = usage(stack, "alice")
     c = client(stack, "alice")
-    created = c.responses.create(
-        model="turnpike-sim-65",
-        input="Write 2000 tokens about lighthouses",
-        max_output_tokens=2000,
-        background=True,
-    )
-    deadline = time.monotonic() + 10
-    while not (polled := c.responses.retrieve(created.id)).output:  # the first item is done
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    created, polled = start_long_response(c)
     time.sleep(0.5)
     assert running_on_workers(stack) >= 1
     cancelled = c.responses.cancel(created.id)
@@ -144,14 +136,7 @@ def test_another_tenant_cannot_see_cancel_or_resume_a_background_response(stack)
 
 def test_a_streamed_background_response_resumes_after_a_disconnect(stack):
     c = client(stack)
-    first: list = []
-    with c.responses.create(
-        model="turnpike-sim", input="Write 400 tokens", background=True, stream=True
-    ) as stream:
-        for event in stream:
-            first.append(event)
-            if len(first) == 6:
-                break  # the connection drops; generation goes on
+    first = stream_then_drop(c, "turnpike-sim", 400, 6)
     response_id = first[0].response.id
     assert first[0].response.background is True
     last = first[-1].sequence_number

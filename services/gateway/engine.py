@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from opentelemetry import trace
@@ -47,6 +47,9 @@ from gateway.stages.route import pick_worker
 from gateway.stages.validate_history import join_conversation
 from gateway.store import StoredResponse, history_of, load_chain
 from gateway.tracing import end_response_span
+
+if TYPE_CHECKING:
+    from gateway.background_redis import SharedBackground
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +101,8 @@ class ResponseEngine:
         # Background responses: their events (to resume a stream), and those in flight.
         self.buffer = EventBuffer()
         self._background: dict[tuple[str, str], Background] = {}
+        # The same across replicas, in Redis when it is configured (wiring sets it).
+        self.shared: SharedBackground | None = None
 
     async def prepare(
         self, request: CreateRequest, ctx: RequestContext, pipeline: Pipeline
@@ -134,6 +139,9 @@ class ResponseEngine:
             key = (prepared.ctx.tenant, prepared.response_id)
             self._background[key] = Background()
             queue.sink = self.buffer.open(*key).append
+            if self.shared is not None:
+                local, shared = queue.sink, self.shared.recorder(*key)
+                queue.sink = lambda event: (local(event), shared(event))
         span = prepared.ctx.span
         assert prepared.model is not None
         span.set_attribute("turnpike.model", prepared.model.id)
