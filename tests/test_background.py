@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -10,6 +11,7 @@ import openai
 import pytest
 from openai import OpenAI
 from support.background import start_long_response, stream_then_drop
+from support.openresponses import validate_response_object, validate_stream_event
 
 pytestmark = pytest.mark.stack
 
@@ -36,6 +38,19 @@ def running_on_workers(stack) -> float:
             if line.startswith("turnpike_worker_running_requests{"):
                 total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def replay(stack, response_id: str) -> list[dict]:
+    """Every event of a background response, as the server sends them."""
+    headers = {"Authorization": f"Bearer {stack.api_keys['dev']}"}
+    url = f"{stack.base_url}/responses/{response_id}"
+    events = []
+    with httpx.stream("GET", url, params={"stream": "true"}, headers=headers, timeout=30) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                events.append(json.loads(line[len("data: ") :]))
+    return events
 
 
 def poll(c: OpenAI, response_id: str, timeout: float = 30):
@@ -82,8 +97,10 @@ def test_cancelling_stops_generation_and_bills_what_was_generated(stack):
     created, polled = start_long_response(c)
     time.sleep(0.5)
     assert running_on_workers(stack) >= 1
-    cancelled = c.responses.cancel(created.id)
-    assert cancelled.status == "cancelled"
+    raw = c.responses.with_raw_response.cancel(created.id).http_response.json()
+    validate_response_object(raw)
+    cancelled = c.responses.retrieve(created.id)
+    assert cancelled.status == raw["status"] == "cancelled"
     assert 0 < cancelled.usage.output_tokens < 2000
     # The worker stopped generating (nothing else streams on this stack now).
     deadline = time.monotonic() + 5
@@ -146,10 +163,25 @@ def test_a_streamed_background_response_resumes_after_a_disconnect(stack):
     assert rest[-1].type == "response.completed"
     text = "".join(e.delta for e in first + rest if e.type == "response.output_text.delta")
     assert text == rest[-1].response.output[0].content[0].text
-    # Replaying from the start gives the same events; past the end is refused.
-    again = list(c.responses.retrieve(response_id, stream=True, starting_after=-1))
-    assert [e.sequence_number for e in again] == sequence
+    # Replaying from the start gives the same events, each valid; past the end is refused.
+    again = replay(stack, response_id)
+    assert [e["sequence_number"] for e in again] == sequence
+    for event in again:
+        validate_stream_event(event)
     with pytest.raises(openai.BadRequestError) as err:
         for _ in c.responses.retrieve(response_id, stream=True, starting_after=sequence[-1] + 5):
             pass
     assert err.value.body["param"] == "starting_after"
+
+
+def test_a_cancelled_stream_ends_with_the_cancelled_response(stack):
+    c = client(stack)
+    first = stream_then_drop(c, "turnpike-sim-65", 2000, 6)
+    response_id = first[0].response.id
+    assert c.responses.cancel(response_id).status == "cancelled"
+    rest = list(c.responses.retrieve(response_id, stream=True, starting_after=5))
+    sequence = [e.sequence_number for e in first + rest]
+    assert sequence == list(range(len(sequence)))
+    assert rest[-1].type == "response.incomplete"
+    assert rest[-1].response.status == "cancelled"
+    assert rest[-1].response.output[0].status == "incomplete"
