@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from opentelemetry import trace
@@ -28,6 +30,7 @@ from gateway.admission import AdmissionControl
 from gateway.billing_outbox import BillingOutbox
 from gateway.conversation_state import ConversationState
 from gateway.errors import ApiError
+from gateway.event_buffer import EventBuffer
 from gateway.event_queue import ResponseEventQueue
 from gateway.events import Event, ResponseEvents
 from gateway.items import Item, to_proto
@@ -45,6 +48,9 @@ from gateway.stages.validate_history import join_conversation
 from gateway.store import StoredResponse, history_of, load_chain
 from gateway.tracing import end_response_span
 
+if TYPE_CHECKING:
+    from gateway.background_redis import SharedBackground
+
 log = logging.getLogger(__name__)
 
 # How many workers a generation may try before it fails (connection refused only).
@@ -61,6 +67,27 @@ class Generation:
     route: router_pb2.RouteDecision | None
     model_ms: dict[str, float] = field(default_factory=dict)
     worker_id: str = ""
+    output_tokens: int = 0  # streamed so far (what a cancelled response is billed)
+
+
+@dataclass
+class Background:
+    """A background response in flight in this process, so that it can be cancelled."""
+
+    generation: asyncio.Task[list[Event]] | None = None
+    cancel_requested: bool = False
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+    final: dict[str, Any] | None = None
+
+
+async def _cancelled_on_exit(stream: Any) -> AsyncIterator[Any]:
+    """The worker's stream, cancelled when its reader stops early (a cancelled
+    background response): the worker then stops generating."""
+    try:
+        async for event in stream:
+            yield event
+    finally:
+        stream.cancel()
 
 
 class ResponseEngine:
@@ -71,6 +98,11 @@ class ResponseEngine:
         self.outbox = outbox
         self.admission = admission
         self._tasks: set[asyncio.Task[None]] = set()
+        # Background responses: their events (to resume a stream), and those in flight.
+        self.buffer = EventBuffer()
+        self._background: dict[tuple[str, str], Background] = {}
+        # The same across replicas, in Redis when it is configured (wiring sets it).
+        self.shared: SharedBackground | None = None
 
     async def prepare(
         self, request: CreateRequest, ctx: RequestContext, pipeline: Pipeline
@@ -103,6 +135,13 @@ class ResponseEngine:
     # Generation ------------------------------------------------------------
     def start(self, prepared: Prepared) -> ResponseEventQueue:
         queue = ResponseEventQueue(prepared.response_id)
+        if prepared.request.background:
+            key = (prepared.ctx.tenant, prepared.response_id)
+            self._background[key] = Background()
+            queue.sink = self.buffer.open(*key).append
+            if self.shared is not None:
+                local, shared = queue.sink, self.shared.recorder(*key)
+                queue.sink = lambda event: (local(event), shared(event))
         span = prepared.ctx.span
         assert prepared.model is not None
         span.set_attribute("turnpike.model", prepared.model.id)
@@ -136,8 +175,19 @@ class ResponseEngine:
             if not prepared.request.generate:
                 terminal = [events.completed(usage(0, 0, 0))]
             else:
+                generate = self._generate(prepared, generation, events, queue)
+                background = self._background.get((prepared.ctx.tenant, prepared.response_id))
                 with prepared.ctx.stage("generate"):
-                    terminal = await self._generate(prepared, generation, events, queue)
+                    if background is None:
+                        terminal = await generate
+                    elif (done := await self._cancellable(background, generate)) is not None:
+                        terminal = done
+                    else:
+                        assert prepared.prompt is not None
+                        prompt_tokens = len(prepared.prompt.tokens) + (prepared.image_tokens or 0)
+                        terminal = events.cancelled(
+                            usage(prompt_tokens, 0, generation.output_tokens)
+                        )
         except Exception:
             log.exception("response %s failed", queue.response_id)
             terminal = events.failed(
@@ -145,6 +195,24 @@ class ResponseEngine:
             )
         finally:
             await self._finish(prepared, generation, terminal, queue)
+
+    @staticmethod
+    async def _cancellable(
+        background: Background, generate: Coroutine[Any, Any, list[Event]]
+    ) -> list[Event] | None:
+        """Run a background response's generation in a task of its own, which ``cancel``
+        stops (the worker's stream is cancelled with it); None once cancelled."""
+        if background.cancel_requested:
+            generate.close()
+            return None
+        background.generation = asyncio.create_task(generate)
+        try:
+            return await asyncio.shield(background.generation)
+        except asyncio.CancelledError:
+            if not background.cancel_requested:  # not ours: shutting down
+                background.generation.cancel()
+                raise
+            return None
 
     async def _generate(
         self,
@@ -183,8 +251,9 @@ class ResponseEngine:
             route = generation.route
             assert route is not None
             started = False
+            stream = self._worker_stream(prepared, route, gen_request)
             try:
-                async for event in self._worker_stream(prepared, route, gen_request):
+                async for event in _cancelled_on_exit(stream):
                     started = True
                     kind = event.WhichOneof("event")
                     if kind == "item_started":
@@ -198,6 +267,7 @@ class ResponseEngine:
                                 queue.emit(e)
                     elif kind == "delta":
                         turn_metrics.first_token(prepared.ctx)
+                        generation.output_tokens += event.delta.tokens
                         text = event.delta.text
                         if queue.merge_delta(events.open_item_id, text):
                             events.extend_delta(text)
@@ -213,6 +283,8 @@ class ResponseEngine:
                             event.error.code or "server_error",
                             f"The model failed: {event.error.message}",
                         )
+                    if request.background and kind in ("item_started", "item_done"):
+                        await self._store(prepared)  # a poll sees the output so far
                 return events.failed("server_error", "The model stream ended unexpectedly.")
             except grpc.aio.AioRpcError as err:
                 retry = (
@@ -340,6 +412,23 @@ class ResponseEngine:
         for event in terminal:
             queue.emit(event)
         queue.close()
+        background = self._background.pop((ctx.tenant, response["id"]), None)
+        if background is not None:
+            background.final = response
+            background.finished.set()
+
+    async def cancel(self, tenant: str, response_id: str) -> dict[str, Any] | None:
+        """Cancel the tenant's background response if it is in flight in this process,
+        and give it once it has finished (``cancelled``, or what it reached first);
+        None when this process does not run it."""
+        background = self._background.get((tenant, response_id))
+        if background is None:
+            return None
+        background.cancel_requested = True
+        if background.generation is not None:
+            background.generation.cancel()
+        await background.finished.wait()
+        return background.final
 
     async def _release(self, ctx: RequestContext, used_tokens: int) -> None:
         if self.admission is not None:

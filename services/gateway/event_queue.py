@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from gateway.events import Event
@@ -27,8 +27,13 @@ class ResponseEventQueue:
         self._events: deque[Event | None] = deque()
         self._ready = asyncio.Event()
         self._mergeable: Event | None = None  # the newest waiting delta
+        # Also given every event as it is emitted (a background response's resume
+        # buffer); its events are never merged afterwards.
+        self.sink: Callable[[Event], None] | None = None
 
     def emit(self, event: Event) -> None:
+        if self.sink is not None:
+            self.sink(event)
         self._events.append(event)
         self._mergeable = event if event["type"] in DELTA_TYPES else None
         self._ready.set()
@@ -36,7 +41,7 @@ class ResponseEventQueue:
     def merge_delta(self, item_id: str, text: str) -> bool:
         """Append ``text`` to the newest waiting delta of ``item_id``, if there is one."""
         waiting = self._mergeable
-        if waiting is None or waiting["item_id"] != item_id:
+        if waiting is None or self.sink is not None or waiting["item_id"] != item_id:
             return False
         waiting["delta"] += text
         self.coalesced += 1

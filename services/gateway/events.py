@@ -56,6 +56,13 @@ class ResponseEvents:
         self.response["error"] = {"code": code, "message": message}
         return [*events, self._lifecycle("response.failed")]
 
+    def cancelled(self, usage: dict[str, Any]) -> list[Event]:
+        """A cancelled background response. The Open Responses spec has no event of its
+        own for it: ``response.incomplete`` ends the stream, with status ``cancelled``."""
+        events = self._close_open_item("incomplete")
+        self._finish("cancelled", usage)
+        return [*events, self._lifecycle("response.incomplete")]
+
     def _finish(self, status: str, usage: dict[str, Any] | None) -> None:
         self.response["status"] = status
         self.response["usage"] = usage

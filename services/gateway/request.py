@@ -48,6 +48,7 @@ class CreateRequest:
     metadata: dict[str, str] = field(default_factory=dict)
     store: bool = True
     stream: bool = False
+    background: bool = False  # generation goes on without the client (HTTP only)
     service_tier: str = "default"
     user: str | None = None
     safety_identifier: str | None = None
@@ -323,11 +324,18 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
     model = body.get("model", default_model)
     if not isinstance(model, str) or not model:
         raise invalid_type("model", "a model name string")
-    if body.get("background"):
+    background = bool(_opt(body, "background", bool, "a boolean"))
+    if background and websocket:
         raise invalid(
-            "Background responses are not supported by this server.",
+            "Background responses are not supported in WebSocket mode.",
             "background",
             "unsupported_parameter",
+        )
+    if background and body.get("store") is False:
+        raise invalid(
+            "Background responses must be stored: set 'store' to true or leave it out.",
+            "background",
+            "invalid_value",
         )
     previous = _opt(body, "previous_response_id", str, "a string")
     conversation = _conversation(body.get("conversation"))
@@ -391,6 +399,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         metadata=parse_metadata(body.get("metadata")),
         store=True if store is None else store,
         stream=bool(stream),
+        background=background,
         service_tier=_opt(body, "service_tier", str, "a string") or "default",
         user=_opt(body, "user", str, "a string"),
         safety_identifier=_opt(body, "safety_identifier", str, "a string"),

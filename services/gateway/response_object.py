@@ -27,7 +27,7 @@ def new_response(
         "created_at": int(time.time()),
         "completed_at": None,
         "status": "in_progress",
-        "background": False,
+        "background": request.background,
         "error": None,
         "incomplete_details": None,
         "instructions": request.instructions,

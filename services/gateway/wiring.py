@@ -12,6 +12,7 @@ from turnpike.image_resolution import Limits
 
 from gateway.admission import AdmissionControl
 from gateway.backends import Backends
+from gateway.background_redis import SharedBackground
 from gateway.billing_outbox import BillingOutbox
 from gateway.conversation_store import ConversationStore, InMemoryConversationStore
 from gateway.conversation_store_redis import RedisConversationStore
@@ -28,6 +29,8 @@ from gateway.tenants import TenantDirectory
 from gateway.token_cache import TokenCache
 
 PIPELINE_HEADER = "x-turnpike-pipeline"
+# How long Redis keeps a background response's events after its last one.
+BACKGROUND_EVENTS_TTL_S = 3600
 
 
 def build_limiter(settings: GatewaySettings) -> Limiter:
@@ -74,13 +77,23 @@ class Gateway:
         )
         admission = AdmissionControl(build_limiter(settings), InFlight(settings.max_in_flight))
         engine = ResponseEngine(resources, outbox, admission)
+        if settings.redis_url:  # background responses' events and cancels, across replicas
+            engine.shared = SharedBackground(
+                settings.redis_url,
+                min(settings.redis_store_ttl_s, BACKGROUND_EVENTS_TTL_S),
+                engine.buffer.max_events,
+            )
         return cls(settings, keys, backends, store, outbox, engine, admission)
 
     async def start(self) -> None:
         self.outbox.start()
+        if self.engine.shared is not None:
+            self.engine.shared.listen(self.engine.cancel)
 
     async def stop(self, grace_s: float = 10.0) -> None:
         await self.engine.drain(grace_s)
+        if self.engine.shared is not None:
+            await self.engine.shared.close()
         await self.outbox.close(grace_s)
         await self.backends.close()
         await self.store.close()

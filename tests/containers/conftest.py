@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from support.gateway_process import gateway_replicas
 from support.otlp_receiver import Receiver
 from support.procs import free_port
 from support.scripts import load_script
@@ -111,6 +112,15 @@ def redis_url(images: Images) -> Iterator[str]:
         else:
             pytest.fail(f"redis did not answer: {wrapped.logs().decode()[-1000:]}", pytrace=False)
         yield f"redis://127.0.0.1:{port}/0"
+
+
+@pytest.fixture
+def two_replicas(stack, redis_url: str) -> Iterator[list[str]]:
+    """Two gateway processes on ``stack``'s backends sharing ``redis_url``, keys of the
+    tenants dev and bob: their API base URLs."""
+    keys = "sk-turnpike-dev:dev,sk-test-bob:bob"
+    with gateway_replicas(stack, 2, TURNPIKE_REDIS_URL=redis_url, TURNPIKE_API_KEYS=keys) as bases:
+        yield bases
 
 
 # -- the OTLP receiver --------------------------------------------------------------------

@@ -7,21 +7,8 @@ from __future__ import annotations
 import openai
 import pytest
 from openai import OpenAI
-from support.gateway_process import start_gateway, stop
 
 pytestmark = pytest.mark.stack
-
-KEYS = "sk-turnpike-dev:dev,sk-test-bob:bob"
-
-
-@pytest.fixture
-def two_replicas(stack, redis_url):
-    started = [
-        start_gateway(stack, TURNPIKE_REDIS_URL=redis_url, TURNPIKE_API_KEYS=KEYS) for _ in range(2)
-    ]
-    yield [base + "/v1" for _, base in started]
-    for proc, _ in started:
-        stop(proc)
 
 
 def test_replicas_share_conversations(two_replicas):

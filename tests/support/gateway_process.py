@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -48,3 +50,14 @@ def stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+@contextmanager
+def gateway_replicas(stack, count: int, **overrides) -> Iterator[list[str]]:
+    """``count`` gateway processes (``start_gateway``): their API base URLs (``.../v1``)."""
+    started = [start_gateway(stack, **overrides) for _ in range(count)]
+    try:
+        yield [base + "/v1" for _, base in started]
+    finally:
+        for proc, _ in started:
+            stop(proc)
