@@ -25,7 +25,7 @@ from turnpike.imageres.v1 import imageres_pb2
 from turnpike.inference.v1 import inference_pb2
 from turnpike.router.v1 import router_pb2
 
-from gateway import turn_metrics
+from gateway import compaction, turn_metrics
 from gateway.admission import AdmissionControl
 from gateway.billing_outbox import BillingOutbox
 from gateway.conversation_state import ConversationState
@@ -107,6 +107,8 @@ class ResponseEngine:
     async def prepare(
         self, request: CreateRequest, ctx: RequestContext, pipeline: Pipeline
     ) -> Prepared:
+        # Compaction items become the items they hold before any stage sees the input.
+        request.input_items = compaction.expand(self.res.sealer, ctx.tenant, request.input_items)
         prepared = Prepared(request, ctx, new_id("resp"))
         ctx.span.set_attribute("turnpike.response.id", prepared.response_id)
         turn_metrics.response_started(ctx)
@@ -510,6 +512,20 @@ class ResponseEngine:
     async def count_input_tokens(self, request: CreateRequest, tenant: str) -> int:
         """The prompt tokens ``request`` would have: its conversation rendered in full,
         and its images (as generation and billing count them)."""
+        return (await self._full_conversation(request, tenant))[1]
+
+    async def compact(self, request: CreateRequest, tenant: str) -> tuple[list[Item], int]:
+        """``POST /v1/responses/compact``: the request's whole history (its parent's and
+        its input) compacted (``gateway.compaction``), and the prompt tokens it renders to."""
+        items, tokens = await self._full_conversation(request, tenant)
+        return compaction.compact(self.res.sealer, tenant, items), tokens
+
+    async def _full_conversation(
+        self, request: CreateRequest, tenant: str
+    ) -> tuple[list[Item], int]:
+        """Every item of the request's conversation (its parent's, then its input,
+        compaction items expanded) and the prompt tokens they render to."""
+        request.input_items = compaction.expand(self.res.sealer, tenant, request.input_items)
         parent = None
         if request.previous_response_id:
             parent = await load_parent(self.res.store, tenant, request.previous_response_id)
@@ -520,7 +536,8 @@ class ResponseEngine:
         conversation = join_conversation(parent, request, tenant, response_id="")
         rendered = await render_all(self.res, request, conversation.items)
         images = await image_tokens(conversation.items, self.res.image_limits)
-        return len(rendered.prompt()) + images
+        history = parent.history if parent is not None else []
+        return [*history, *request.input_items], len(rendered.prompt()) + images
 
     async def input_items(self, tenant: str, response_id: str) -> list[Item] | None:
         """Every input item the response was generated from, oldest first."""

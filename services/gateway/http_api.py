@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from turnpike.billing.v1 import billing_pb2
+from turnpike.ids import new_id
 from turnpike.router.v1 import router_pb2
 
 from gateway.errors import ApiError, conflict, invalid, not_found, too_large
@@ -18,6 +19,7 @@ from gateway.json_codec import dump_bytes, parse_json
 from gateway.json_response import JSONResponse
 from gateway.request import parse_create
 from gateway.request_context import RequestContext
+from gateway.response_object import usage
 from gateway.store import StoredResponse
 from gateway.tracing import response_span
 from gateway.turn_metrics import overhead_header
@@ -256,6 +258,27 @@ async def count_input_tokens(request: Request) -> Response:
     create = parse_create(body, default_model=gw.settings.default_model)
     count = await gw.engine.count_input_tokens(create, tenant)
     return JSONResponse({"object": "response.input_tokens", "input_tokens": count})
+
+
+@router.post("/v1/responses/compact")
+async def compact_response(request: Request) -> Response:
+    """The request's history (``input``, after ``previous_response_id``'s) compacted:
+    the last turns as they are, the older items sealed into one ``compaction`` item
+    (``gateway.compaction``). Its usage is the tokens the whole history renders to."""
+    gw = gateway_of(request)
+    tenant = gw.keys.tenant_for(request.headers)
+    body = parse_json(await read_body(request, gw.settings.max_body_bytes))
+    create = parse_create(body, default_model=gw.settings.default_model)
+    output, input_tokens = await gw.engine.compact(create, tenant)
+    return JSONResponse(
+        {
+            "id": new_id("resp"),
+            "object": "response.compaction",
+            "created_at": int(time.time()),
+            "output": output,
+            "usage": usage(input_tokens, 0, 0),
+        }
+    )
 
 
 def _model_object(model: router_pb2.ModelConfig) -> dict[str, Any]:

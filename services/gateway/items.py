@@ -44,6 +44,12 @@ def normalize_item(raw: Any, param: str) -> Item:
         return _normalize_function_call_output(raw, param)
     if kind == "reasoning":
         return _normalize_reasoning(raw, param)
+    if kind == "compaction":  # expanded by gateway.compaction before anything renders it
+        item_id = raw.get("id")
+        if item_id is not None and not isinstance(item_id, str):
+            raise invalid_type(f"{param}.id", "a string")
+        content = _require_str(raw, "encrypted_content", param)
+        return {"id": item_id or new_id("cmp"), "type": "compaction", "encrypted_content": content}
     if kind is None:
         raise invalid(
             f"Missing required parameter: '{param}.type'.",

@@ -20,6 +20,7 @@ from gateway.engine import ResponseEngine
 from gateway.limits import FallbackLimiter, Limiter, LocalLimiter, RedisLimiter
 from gateway.model_cache import ModelConfigCache
 from gateway.pipelines import CONNECTION, SPRINT, Pipeline, pipeline_named
+from gateway.sealing import Sealer
 from gateway.shedding import InFlight
 from gateway.stages import Resources
 from gateway.store import ResponseStore
@@ -74,6 +75,7 @@ class Gateway:
             TokenCache(settings.token_cache_tokens),
             Limits(images.max_image_bytes, images.max_image_pixels),
             conversations,
+            Sealer.from_setting(settings.server_key),
         )
         admission = AdmissionControl(build_limiter(settings), InFlight(settings.max_in_flight))
         engine = ResponseEngine(resources, outbox, admission)

@@ -8,6 +8,8 @@ value raises ``ConfigError`` naming the variable, and the service exits 2 saying
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -247,6 +249,20 @@ class ImageresSettings:
 
 
 GATEWAY_PROCESSES_VARIABLE = "TURNPIKE_GATEWAY_PROCESSES"
+SERVER_KEY_VARIABLE = "TURNPIKE_SERVER_KEY"
+SERVER_KEY_BYTES = 32
+
+
+def decode_server_key(text: str) -> bytes:
+    """The server key (``TURNPIKE_SERVER_KEY``) from its base64 text; ValueError saying
+    why when it is not 32 bytes of base64."""
+    try:
+        key = base64.b64decode(text.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("is not valid base64") from None
+    if len(key) != SERVER_KEY_BYTES:
+        raise ValueError(f"decodes to {len(key)} bytes; expected {SERVER_KEY_BYTES}")
+    return key
 
 
 @dataclass(frozen=True)
@@ -324,6 +340,9 @@ class GatewaySettings:
     allow_pipeline_override: bool = field(
         default_factory=lambda: env_bool("TURNPIKE_ALLOW_PIPELINE_OVERRIDE", False)
     )
+    # The key that seals compaction items (base64 of 32 bytes). Unset, each process makes
+    # one at start: sealed items then open only in the process that sealed them.
+    server_key: str = field(default_factory=lambda: env_str(SERVER_KEY_VARIABLE, "").strip())
     endpoints: Endpoints = field(default_factory=Endpoints)
     images: ImageresSettings = field(default_factory=ImageresSettings)
 
@@ -337,6 +356,11 @@ class GatewaySettings:
                 )
         else:
             parse_api_keys(self.api_keys)  # refused at start-up, not at the first request
+        if self.server_key:
+            try:
+                decode_server_key(self.server_key)
+            except ValueError as err:
+                raise ConfigError.invalid(SERVER_KEY_VARIABLE, "(hidden)", str(err)) from None
         if self.max_in_flight < 0:
             raise ConfigError.invalid(
                 "TURNPIKE_MAX_IN_FLIGHT", str(self.max_in_flight), "must be 0 (off) or more"

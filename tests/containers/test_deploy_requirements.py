@@ -38,6 +38,7 @@ ROOTS = {
         "async-timeout",
         "pyyaml",
         "jsonschema",
+        "cryptography",
     ],
     "safety": ["alt-profanity-check"],
     "tokenizer": ["openai-harmony", "bpe-openai"],

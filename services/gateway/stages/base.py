@@ -23,6 +23,7 @@ from gateway.conversation_store import ConversationStore, InMemoryConversationSt
 from gateway.errors import ApiError
 from gateway.model_cache import ModelConfigCache
 from gateway.prepared import Prepared
+from gateway.sealing import Sealer
 from gateway.store import ResponseStore
 from gateway.token_cache import TokenCache
 
@@ -40,6 +41,8 @@ class Resources:
     conversations: ConversationStore = field(
         default_factory=lambda: InMemoryConversationStore(10_000)
     )
+    # Seals and opens compaction items (the server key).
+    sealer: Sealer = field(default_factory=lambda: Sealer.from_setting(""))
 
 
 class Stage:

@@ -1,0 +1,104 @@
+"""Compaction (``POST /v1/responses/compact``, and ``compaction`` input items).
+
+The simulator cannot summarize, so the policy is deterministic: the items from the
+second-to-last user message on (the last two turns) stay as they are; every item
+before them is sealed, whole and in order, into one ``compaction`` item that comes
+first. Its ``encrypted_content`` (see ``gateway.sealing``) holds the replaced items and
+a digest of them (how many, of which types, their hash). Instructions are a request
+parameter, not an item: the client sends them again.
+
+A ``compaction`` item in a create request's input is opened with the tenant's key and
+expanded back into the items it holds before anything else sees the input, so the
+model renders exactly the history that was compacted (and the render caches, which
+key by content, see the same items).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from typing import Any
+
+import orjson
+from turnpike.ids import new_id
+
+from gateway.errors import invalid
+from gateway.items import Item
+from gateway.json_codec import dump_bytes
+from gateway.sealing import Sealer, SealError
+
+PURPOSE = "compaction"
+KEEP_TURNS = 2  # user messages kept, with everything after the first of them
+
+
+def split(items: list[Item], keep_turns: int = KEEP_TURNS) -> tuple[list[Item], list[Item]]:
+    """(the items to seal, the items kept): the kept ones start at the
+    ``keep_turns``-th user message from the end."""
+    users = [i for i, item in enumerate(items) if _is_user(item)]
+    if len(users) <= keep_turns:
+        return [], list(items)
+    cut = users[-keep_turns]
+    return list(items[:cut]), list(items[cut:])
+
+
+def _is_user(item: Item) -> bool:
+    return item.get("type") == "message" and item.get("role") == "user"
+
+
+def digest(items: list[Item]) -> dict[str, Any]:
+    kinds = Counter(item["type"] for item in items)
+    return {
+        "items": len(items),
+        "types": dict(sorted(kinds.items())),
+        "user_messages": sum(1 for item in items if _is_user(item)),
+        "sha256": hashlib.sha256(dump_bytes(items, sort_keys=True)).hexdigest(),
+    }
+
+
+def seal_items(sealer: Sealer, tenant: str, items: list[Item]) -> Item:
+    """One compaction item holding ``items``."""
+    payload = dump_bytes({"items": items, "digest": digest(items)})
+    return {
+        "id": new_id("cmp"),
+        "type": "compaction",
+        "encrypted_content": sealer.seal(payload, tenant, PURPOSE),
+    }
+
+
+def compact(sealer: Sealer, tenant: str, items: list[Item]) -> list[Item]:
+    """The compacted list: one compaction item for the older items, then the kept ones
+    (the list unchanged when there is nothing old enough to seal)."""
+    old, kept = split(items)
+    if not old:
+        return kept
+    return [seal_items(sealer, tenant, old), *kept]
+
+
+def expand(sealer: Sealer, tenant: str, items: list[Item], param: str = "input") -> list[Item]:
+    """``items`` with every compaction item replaced by the items it holds. A blob that
+    does not open (changed, another tenant's, malformed) is the client's 400."""
+    if not any(item["type"] == "compaction" for item in items):
+        return items
+    out: list[Item] = []
+    for i, item in enumerate(items):
+        if item["type"] != "compaction":
+            out.append(item)
+            continue
+        out.extend(_open(sealer, tenant, item["encrypted_content"], f"{param}[{i}]"))
+    return out
+
+
+def _open(sealer: Sealer, tenant: str, blob: str, param: str) -> list[Item]:
+    try:
+        payload = orjson.loads(sealer.open(blob, tenant, PURPOSE))
+        items, check = payload["items"], payload["digest"]
+        if not isinstance(items, list) or digest(items) != check:
+            raise SealError("its digest does not match")
+    except (SealError, ValueError, KeyError, TypeError) as err:
+        raise invalid(
+            f"Invalid '{param}.encrypted_content': the compaction item could not be "
+            f"verified or decrypted ({err}).",
+            f"{param}.encrypted_content",
+            "invalid_encrypted_content",
+        ) from None
+    return items

@@ -1,0 +1,135 @@
+"""``POST /v1/responses/compact`` and ``compaction`` input items through the official SDK
+against the real stack: a long chained conversation compacted, the compacted list sent
+back renders to exactly the tokens of the whole history, and a changed, malformed or
+another tenant's compaction item is refused with the parameter named."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+from openai import OpenAI
+
+pytestmark = pytest.mark.stack
+
+MODEL = "turnpike-sim-4000"
+INSTRUCTIONS = "Answer briefly."
+
+
+def client_of(stack, tenant: str) -> OpenAI:
+    return OpenAI(base_url=stack.base_url, api_key=stack.api_keys[tenant], max_retries=0)
+
+
+def user(text: str) -> dict:
+    return {"type": "message", "role": "user", "content": text}
+
+
+def chain(client: OpenAI, turns: int) -> str:
+    """A conversation of ``turns`` chained responses; the last one's id."""
+    previous = None
+    for i in range(turns):
+        response = client.responses.create(
+            model=MODEL,
+            instructions=INSTRUCTIONS,
+            input=[user(f"Turn {i}: tell me about the number {i * 7}.")],
+            previous_response_id=previous,
+            max_output_tokens=40,
+        )
+        previous = response.id
+    assert previous is not None
+    return previous
+
+
+def compacted_input(client: OpenAI, last: str) -> tuple[list[dict], int]:
+    compacted = client.responses.compact(
+        model=MODEL, instructions=INSTRUCTIONS, previous_response_id=last
+    )
+    assert compacted.object == "response.compaction"
+    assert compacted.created_at > 0
+    items = [item.model_dump(exclude_none=True, warnings=False) for item in compacted.output]
+    return items, compacted.usage.input_tokens
+
+
+def expect_400(param: str, call, **kwargs) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        call(**kwargs)
+    body = err.value.body
+    assert isinstance(body, dict) and body.get("param") == param, body
+    assert body.get("code") == "invalid_encrypted_content", body
+
+
+def test_compacted_history_renders_as_the_whole_history(stack):
+    client = client_of(stack, "alice")
+    last = chain(client, 5)
+    items, compact_tokens = compacted_input(client, last)
+    # One compaction item for the first three turns, then the last two as they were.
+    assert items[0]["type"] == "compaction"
+    assert set(items[0]) == {"id", "type", "encrypted_content"}
+    assert items[0]["encrypted_content"].startswith("tp1.")
+    assert "Turn 0" not in items[0]["encrypted_content"]
+    users = [i for i in items[1:] if i.get("role") == "user"]
+    assert [u["content"][0]["text"][:6] for u in users] == ["Turn 3", "Turn 4"]
+    whole = client.responses.input_tokens.count(
+        model=MODEL, instructions=INSTRUCTIONS, previous_response_id=last, input=[user("x")]
+    )
+    assert compact_tokens > 0
+
+    # Through the tokenizer: the compacted list counts as the whole history does.
+    counted = client.responses.input_tokens.count(
+        model=MODEL, instructions=INSTRUCTIONS, input=[*items, user("x")]
+    )
+    assert counted.input_tokens == whole.input_tokens
+
+    follow_up = user("Now sum them up.")
+    chained = client.responses.create(
+        model=MODEL, instructions=INSTRUCTIONS, previous_response_id=last, input=[follow_up]
+    )
+    compacted = client.responses.create(
+        model=MODEL, instructions=INSTRUCTIONS, input=[*items, follow_up]
+    )
+    assert compacted.status == "completed"
+    assert compacted.usage is not None and chained.usage is not None
+    assert compacted.usage.input_tokens == chained.usage.input_tokens
+    # Sent again, the compacted list renders the same (the render cache keys by content).
+    again = client.responses.create(
+        model=MODEL, instructions=INSTRUCTIONS, input=[*items, follow_up]
+    )
+    assert again.usage is not None and again.usage.input_tokens == chained.usage.input_tokens
+
+    # A compacted list can be compacted again: it stays one compaction item.
+    recompacted = client.responses.compact(
+        model=MODEL, instructions=INSTRUCTIONS, input=[*items, follow_up]
+    )
+    kinds = [item.type for item in recompacted.output]
+    assert kinds.count("compaction") == 1 and kinds[0] == "compaction"
+    recount = client.responses.input_tokens.count(
+        model=MODEL, instructions=INSTRUCTIONS, input=[*items, follow_up]
+    )
+    assert recompacted.usage.input_tokens == recount.input_tokens
+
+
+def test_a_short_history_is_returned_as_it_is(stack):
+    client = client_of(stack, "alice")
+    compacted = client.responses.compact(model=MODEL, input=[user("Hello")])
+    assert [item.type for item in compacted.output] == ["message"]
+
+
+def test_changed_or_foreign_compaction_items_are_refused(stack):
+    alice, bob = client_of(stack, "alice"), client_of(stack, "bob")
+    items, _ = compacted_input(bob, chain(bob, 3))
+    blob = items[0]["encrypted_content"]
+    create = {"model": MODEL, "instructions": INSTRUCTIONS}
+
+    # Bob's compaction item is his alone.
+    expect_400(
+        "input[1].encrypted_content", alice.responses.create, **create, input=[user("hi"), *items]
+    )
+    expect_400("input[0].encrypted_content", alice.responses.compact, model=MODEL, input=items)
+    # One character changed, or cut short, or not ours at all.
+    i = len(blob) // 2
+    tampered = blob[:i] + ("A" if blob[i] != "A" else "B") + blob[i + 1 :]
+    for bad in (tampered, blob[:30], "opaque", ""):
+        changed = [{**items[0], "encrypted_content": bad}, *items[1:]]
+        expect_400("input[0].encrypted_content", bob.responses.create, **create, input=changed)
+    # Bob himself still gets his answer.
+    response = bob.responses.create(**create, input=items)
+    assert response.status == "completed"

@@ -1,0 +1,80 @@
+"""The server-key AEAD (gateway.sealing) and the compaction policy on its own: a blob
+opens only for the tenant and purpose it was sealed for, unchanged; the compacted list
+keeps the last two turns and expands back to exactly the history."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from gateway import compaction
+from gateway.errors import ApiError
+from gateway.sealing import Sealer, SealError
+from turnpike.config import ConfigError, GatewaySettings
+
+KEY = base64.b64encode(bytes(range(32))).decode()
+
+
+def test_seal_opens_for_its_tenant_and_purpose_only():
+    sealer = Sealer.from_setting(KEY)
+    blob = sealer.seal(b"secret", "alice", "compaction")
+    assert blob.startswith("tp1.") and b"secret" not in blob.encode()
+    assert sealer.open(blob, "alice", "compaction") == b"secret"
+    # The same key, configured in another process, opens it too.
+    assert Sealer.from_setting(KEY).open(blob, "alice", "compaction") == b"secret"
+    for tenant, purpose in (("bob", "compaction"), ("alice", "reasoning")):
+        with pytest.raises(SealError):
+            sealer.open(blob, tenant, purpose)
+
+
+def test_changed_or_malformed_blobs_do_not_open():
+    sealer = Sealer.from_setting(KEY)
+    blob = sealer.seal(b"secret", "alice", "compaction")
+    i = len(blob) // 2
+    tampered = blob[:i] + ("A" if blob[i] != "A" else "B") + blob[i + 1 :]
+    for bad in (tampered, "tp2." + blob[4:], blob[:20], "tp1.!!!", "", blob + "AAAA"):
+        with pytest.raises(SealError):
+            sealer.open(bad, "alice", "compaction")
+    # Another key (a generated one) does not open it either.
+    with pytest.raises(SealError):
+        Sealer.from_setting("").open(blob, "alice", "compaction")
+
+
+def test_a_generated_key_warns(caplog):
+    with caplog.at_level("WARNING"):
+        Sealer.from_setting("")
+    assert "will not open after a restart" in caplog.text
+
+
+@pytest.mark.parametrize("value", ["not base64!", base64.b64encode(b"short").decode()])
+def test_a_bad_server_key_is_refused_at_start(monkeypatch, value):
+    monkeypatch.setenv("TURNPIKE_SERVER_KEY", value)
+    with pytest.raises(ConfigError, match="TURNPIKE_SERVER_KEY"):
+        GatewaySettings()
+
+
+def _msg(role: str, text: str) -> dict:
+    return {"id": f"msg_{text}", "type": "message", "role": role, "content": text}
+
+
+def test_compaction_keeps_the_last_two_turns_and_expands_exactly():
+    sealer = Sealer.from_setting(KEY)
+    items = [
+        _msg("developer", "rules"),
+        _msg("user", "u1"),
+        _msg("assistant", "a1"),
+        _msg("user", "u2"),
+        _msg("assistant", "a2"),
+        _msg("user", "u3"),
+        _msg("assistant", "a3"),
+    ]
+    compacted = compaction.compact(sealer, "alice", items)
+    assert compacted[0]["type"] == "compaction"
+    assert compacted[1:] == items[3:]
+    assert compaction.expand(sealer, "alice", compacted) == items
+    # Two turns or fewer: nothing to compact.
+    assert compaction.compact(sealer, "alice", items[3:]) == items[3:]
+    with pytest.raises(ApiError) as err:
+        compaction.expand(sealer, "bob", [_msg("user", "hi"), *compacted])
+    assert err.value.status == 400
+    assert err.value.param == "input[1].encrypted_content"
