@@ -8,6 +8,7 @@ scrape sees the whole gateway, not whichever process answered it."""
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import shutil
@@ -15,9 +16,16 @@ import tempfile
 
 import uvicorn
 from turnpike import metrics
-from turnpike.config import GatewaySettings, exit_on_config_error
+from turnpike.config import (
+    SERVER_KEY_BYTES,
+    SERVER_KEY_VARIABLE,
+    GatewaySettings,
+    exit_on_config_error,
+)
 
 from gateway.tenants import TenantDirectory
+
+log = logging.getLogger(__name__)
 
 
 def main() -> None:
@@ -32,6 +40,17 @@ def main() -> None:
         # prometheus-client; a fresh folder, as stale files would add old counts.
         shared_folder = tempfile.mkdtemp(prefix="turnpike-gateway-metrics-")
         os.environ[metrics.MULTIPROC_DIR_VARIABLE] = shared_folder
+        if not settings.server_key:
+            # One key for the processes of this host, made here: an item one of them
+            # seals opens in the others (not after a restart, nor on another replica).
+            log.warning(
+                "%s is not set: the gateway processes share a key generated at start; "
+                "sealed items will not open after a restart or on another replica.",
+                SERVER_KEY_VARIABLE,
+            )
+            os.environ[SERVER_KEY_VARIABLE] = base64.b64encode(
+                os.urandom(SERVER_KEY_BYTES)
+            ).decode()
     metrics_server = metrics.serve(
         metrics.MetricsEndpoint(settings.host, settings.metrics_port),
         metrics.multiprocess_registry() if shared_folder else None,
