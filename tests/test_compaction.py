@@ -5,9 +5,15 @@ another tenant's compaction item is refused with the parameter named."""
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 from openai import OpenAI
+from support.openresponses import (
+    validate_compacted_response,
+    validate_response_object,
+    validate_sse_body,
+)
 
 pytestmark = pytest.mark.stack
 
@@ -40,9 +46,11 @@ def chain(client: OpenAI, turns: int) -> str:
 
 
 def compacted_input(client: OpenAI, last: str) -> tuple[list[dict], int]:
-    compacted = client.responses.compact(
+    raw = client.responses.with_raw_response.compact(
         model=MODEL, instructions=INSTRUCTIONS, previous_response_id=last
     )
+    validate_compacted_response(raw.http_response.json())
+    compacted = raw.parse()
     assert compacted.object == "response.compaction"
     assert compacted.created_at > 0
     items = [item.model_dump(exclude_none=True, warnings=False) for item in compacted.output]
@@ -133,3 +141,80 @@ def test_changed_or_foreign_compaction_items_are_refused(stack):
     # Bob himself still gets his answer.
     response = bob.responses.create(**create, input=items)
     assert response.status == "completed"
+
+
+def test_context_management_compacts_past_the_threshold(stack):
+    client = client_of(stack, "alice")
+    last = chain(client, 3)
+    follow_up = user("And the next one?")
+    settings = {"model": MODEL, "instructions": INSTRUCTIONS}
+    # Under the threshold: nothing happens.
+    under = client.responses.create(
+        **settings,
+        previous_response_id=last,
+        input=[follow_up],
+        context_management=[{"type": "compaction", "compact_threshold": 100_000}],
+    )
+    assert [item.type for item in under.output] == ["message"]
+
+    raw = client.responses.with_raw_response.create(
+        **settings,
+        previous_response_id=last,
+        input=[follow_up],
+        context_management=[{"type": "compaction", "compact_threshold": 50}],
+    )
+    validate_response_object(raw.http_response.json())
+    over = raw.parse()
+    assert over.status == "completed"
+    assert [item.type for item in over.output] == ["compaction", "message"]
+    assert over.usage is not None and over.usage.input_tokens == under.usage.input_tokens
+
+    # Stateless, the client sends the compaction item and what follows it instead of
+    # the history (or everything: what the compaction item replaced is dropped).
+    output = [item.model_dump(exclude_none=True, warnings=False) for item in over.output]
+    next_turn = user("Thanks.")
+    chained = client.responses.create(**settings, previous_response_id=over.id, input=[next_turn])
+    stateless = client.responses.create(**settings, input=[*output, next_turn])
+    assert chained.usage is not None and stateless.usage is not None
+    assert stateless.usage.input_tokens == chained.usage.input_tokens
+    everything = client.responses.input_items.list(over.id, order="asc", limit=100).data
+    sent_back = [item.model_dump(exclude_none=True, warnings=False) for item in everything]
+    full = client.responses.input_tokens.count(
+        model=MODEL, instructions=INSTRUCTIONS, input=[*sent_back, *output, next_turn]
+    )
+    assert full.input_tokens == chained.usage.input_tokens
+
+
+def test_context_management_is_checked(stack):
+    client = client_of(stack, "alice")
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(
+            model=MODEL,
+            input="hi",
+            context_management=[{"type": "compaction", "compact_threshold": 0}],
+        )
+    assert err.value.body["param"] == "context_management[0].compact_threshold"
+
+
+def test_context_management_streams_the_compaction_item_first(stack):
+    reply = httpx.post(
+        f"{stack.base_url}/responses",
+        headers={"authorization": f"Bearer {stack.api_keys['alice']}"},
+        json={
+            "model": MODEL,
+            "input": "Tell me a story about compaction.",
+            "context_management": [{"type": "compaction", "compact_threshold": 1}],
+            "stream": True,
+        },
+        timeout=60,
+    )
+    assert reply.status_code == 200, reply.text
+    events = validate_sse_body(reply.text, require_done=True)
+    added = [e for e in events if e["type"] == "response.output_item.added"]
+    assert [(e["output_index"], e["item"]["type"]) for e in added] == [
+        (0, "compaction"),
+        (1, "message"),
+    ]
+    final = events[-1]
+    assert final["type"] == "response.completed"
+    assert [item["type"] for item in final["response"]["output"]] == ["compaction", "message"]

@@ -7,8 +7,10 @@ first. Its ``encrypted_content`` (see ``gateway.sealing``) holds the replaced it
 a digest of them (how many, of which types, their hash). Instructions are a request
 parameter, not an item: the client sends them again.
 
-A ``compaction`` item in a create request's input is opened with the tenant's key and
-expanded back into the items it holds before anything else sees the input, so the
+With ``context_management`` on create, past the threshold, the whole conversation so far
+is sealed into one compaction item, first in the response's output. A ``compaction`` item
+in a create request's input is opened with the tenant's key and replaces the items before
+it (what it holds, sent back or not) by the items it holds before anything else sees the input, so the
 model renders exactly the history that was compacted (and the render caches, which
 key by content, see the same items).
 """
@@ -56,7 +58,9 @@ def digest(items: list[Item]) -> dict[str, Any]:
 
 
 def seal_items(sealer: Sealer, tenant: str, items: list[Item]) -> Item:
-    """One compaction item holding ``items``."""
+    """One compaction item holding ``items`` (without compaction items: those in a stored
+    history render to nothing, the items they replaced being there too)."""
+    items = [item for item in items if item["type"] != "compaction"]
     payload = dump_bytes({"items": items, "digest": digest(items)})
     return {
         "id": new_id("cmp"),
@@ -75,17 +79,17 @@ def compact(sealer: Sealer, tenant: str, items: list[Item]) -> list[Item]:
 
 
 def expand(sealer: Sealer, tenant: str, items: list[Item], param: str = "input") -> list[Item]:
-    """``items`` with every compaction item replaced by the items it holds. A blob that
+    """``items`` with the last compaction item replaced by the items it holds; the items
+    before it are what it replaced (a client may send them back, or not). A blob that
     does not open (changed, another tenant's, malformed) is the client's 400."""
-    if not any(item["type"] == "compaction" for item in items):
+    last = max((i for i, item in enumerate(items) if item["type"] == "compaction"), default=None)
+    if last is None:
         return items
-    out: list[Item] = []
-    for i, item in enumerate(items):
-        if item["type"] != "compaction":
-            out.append(item)
-            continue
-        out.extend(_open(sealer, tenant, item["encrypted_content"], f"{param}[{i}]"))
-    return out
+    for i, item in enumerate(items[:last]):
+        if item["type"] == "compaction":  # each must still be sound
+            _open(sealer, tenant, item["encrypted_content"], f"{param}[{i}]")
+    held = _open(sealer, tenant, items[last]["encrypted_content"], f"{param}[{last}]")
+    return [*held, *items[last + 1 :]]
 
 
 def _open(sealer: Sealer, tenant: str, blob: str, param: str) -> list[Item]:

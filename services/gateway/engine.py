@@ -174,6 +174,8 @@ class ResponseEngine:
             if prepared.request.store:
                 await self._store(prepared)
             queue.emit(events.in_progress())
+            for event in self._compact_if_over(prepared, events):
+                queue.emit(event)
             if not prepared.request.generate:
                 terminal = [events.completed(usage(0, 0, 0))]
             else:
@@ -197,6 +199,19 @@ class ResponseEngine:
             )
         finally:
             await self._finish(prepared, generation, terminal, queue)
+
+    def _compact_if_over(self, prepared: Prepared, events: ResponseEvents) -> list[Event]:
+        """``context_management`` compaction: past the threshold, the whole conversation
+        so far (history and input) sealed into one compaction item, first in the output.
+        A client sends it, and the output after it, instead of the history."""
+        threshold = prepared.request.compact_threshold
+        if threshold is None or prepared.prompt is None or prepared.conversation is None:
+            return []
+        if len(prepared.prompt.tokens) + (prepared.image_tokens or 0) <= threshold:
+            return []
+        items = [*prepared.conversation.history, *prepared.request.input_items]
+        item = compaction.seal_items(self.res.sealer, prepared.ctx.tenant, items)
+        return events.add_item(item)
 
     @staticmethod
     async def _cancellable(

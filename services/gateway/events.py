@@ -108,6 +108,14 @@ class ResponseEvents:
             self._event("response.output_item.added", output_index=self._index, item=dict(item))
         ]
 
+    def add_item(self, item: dict[str, Any]) -> list[Event]:
+        """An output item complete from the start (a compaction item): added, then done."""
+        self.response["output"].append(item)
+        return [
+            self._event("response.output_item.added", output_index=self._index, item=dict(item)),
+            self._event("response.output_item.done", output_index=self._index, item=dict(item)),
+        ]
+
     def delta(self, text: str) -> Event:
         item = self._require_open()
         self._text.append(text)

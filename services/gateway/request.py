@@ -54,6 +54,8 @@ class CreateRequest:
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     seed: int | None = None
+    # context_management: compact past this many input tokens (gateway.compaction).
+    compact_threshold: int | None = None
     # WebSocket only.
     stream_id: str | None = None
     generate: bool = True
@@ -317,6 +319,38 @@ def _reasoning(raw: Any) -> dict[str, Any] | None:
     return {"effort": raw.get("effort"), "summary": raw.get("summary")}
 
 
+def _compact_threshold(raw: Any) -> int | None:
+    """``context_management: [{"type": "compaction", "compact_threshold": N}]``: N."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise invalid_type("context_management", "an array of context management entries")
+    threshold = None
+    for i, entry in enumerate(raw):
+        param = f"context_management[{i}]"
+        if not isinstance(entry, dict):
+            raise invalid_type(param, "an object")
+        if entry.get("type") != "compaction":
+            raise invalid(
+                f"Invalid '{param}.type': only 'compaction' is supported.",
+                f"{param}.type",
+                "invalid_value",
+            )
+        value = entry.get("compact_threshold")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise invalid_type(f"{param}.compact_threshold", "an integer")
+        if value < 1:
+            raise invalid(
+                f"Invalid '{param}.compact_threshold': expected a positive integer.",
+                f"{param}.compact_threshold",
+                "invalid_value",
+            )
+        threshold = value
+    return threshold
+
+
 def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> CreateRequest:
     """Validate a create body. Raises ApiError(400) naming the offending parameter."""
     if not isinstance(body, dict):
@@ -405,6 +439,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         safety_identifier=_opt(body, "safety_identifier", str, "a string"),
         prompt_cache_key=_opt(body, "prompt_cache_key", str, "a string"),
         seed=_opt(body, "seed", int, "an integer"),
+        compact_threshold=_compact_threshold(body.get("context_management")),
         stream_id=stream_id,
         generate=True if generate is None else generate,
     )
