@@ -218,3 +218,29 @@ def test_context_management_streams_the_compaction_item_first(stack):
     final = events[-1]
     assert final["type"] == "response.completed"
     assert [item["type"] for item in final["response"]["output"]] == ["compaction", "message"]
+
+
+def _ws_turn(conn, **create) -> object:
+    conn.response.create(**create)
+    for event in conn:
+        if event.type in ("response.completed", "response.failed", "error"):
+            return event
+    raise AssertionError("the socket closed")
+
+
+def test_compaction_items_over_websocket(stack):
+    alice, bob = client_of(stack, "alice"), client_of(stack, "bob")
+    last = chain(alice, 4)
+    items, _ = compacted_input(alice, last)
+    bobs, _ = compacted_input(bob, chain(bob, 3))
+    follow_up = user("One more.")
+    chained = alice.responses.create(
+        model=MODEL, instructions=INSTRUCTIONS, previous_response_id=last, input=[follow_up]
+    )
+    with alice.responses.connect() as conn:
+        done = _ws_turn(conn, model=MODEL, instructions=INSTRUCTIONS, input=[*items, follow_up])
+        refused = _ws_turn(conn, model=MODEL, input=[*bobs, follow_up])
+    assert done.type == "response.completed"
+    assert done.response.usage.input_tokens == chained.usage.input_tokens
+    assert refused.type == "error"
+    assert refused.error.param == "input[0].encrypted_content"

@@ -78,3 +78,16 @@ def test_compaction_keeps_the_last_two_turns_and_expands_exactly():
         compaction.expand(sealer, "bob", [_msg("user", "hi"), *compacted])
     assert err.value.status == 400
     assert err.value.param == "input[1].encrypted_content"
+
+
+def test_a_compaction_item_replaces_the_items_before_it():
+    sealer = Sealer.from_setting(KEY)
+    items = [_msg("user", f"u{i}") for i in range(5)]
+    compacted = compaction.compact(sealer, "alice", items)
+    # Sent back with what it replaced before it, or not: the same history.
+    assert compaction.expand(sealer, "alice", [*items[:3], *compacted]) == items
+    # An earlier compaction item must still open.
+    forged = {"id": "cmp_x", "type": "compaction", "encrypted_content": "tp1.AAAA"}
+    with pytest.raises(ApiError) as err:
+        compaction.expand(sealer, "alice", [forged, *compacted])
+    assert err.value.param == "input[0].encrypted_content"
