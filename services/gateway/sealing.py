@@ -44,6 +44,11 @@ class Sealer:
             "TURNPIKE_SERVER_KEY is not set: using a key generated at start. Sealed items "
             "(compaction) will not open after a restart or on another gateway replica."
         )
+        return cls.ephemeral()
+
+    @classmethod
+    def ephemeral(cls) -> Sealer:
+        """A sealer with a key made now (tests, and the default of ``Resources``)."""
         return cls(AESGCM.generate_key(bit_length=SERVER_KEY_BYTES * 8))
 
     @staticmethod

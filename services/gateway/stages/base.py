@@ -42,7 +42,7 @@ class Resources:
         default_factory=lambda: InMemoryConversationStore(10_000)
     )
     # Seals and opens compaction items (the server key).
-    sealer: Sealer = field(default_factory=lambda: Sealer.from_setting(""))
+    sealer: Sealer = field(default_factory=Sealer.ephemeral)
 
 
 class Stage:
