@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from opentelemetry import trace
@@ -27,10 +27,10 @@ from turnpike.router.v1 import router_pb2
 
 from gateway import compaction, turn_metrics
 from gateway.admission import AdmissionControl
+from gateway.background import BackgroundResponses
 from gateway.billing_outbox import BillingOutbox
 from gateway.conversation_state import ConversationState
 from gateway.errors import ApiError
-from gateway.event_buffer import EventBuffer
 from gateway.event_queue import ResponseEventQueue
 from gateway.events import Event, ResponseEvents
 from gateway.items import Item, to_proto
@@ -47,9 +47,6 @@ from gateway.stages.route import pick_worker
 from gateway.stages.validate_history import join_conversation
 from gateway.store import StoredResponse, history_of, load_chain
 from gateway.tracing import end_response_span
-
-if TYPE_CHECKING:
-    from gateway.background_redis import SharedBackground
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +67,6 @@ class Generation:
     output_tokens: int = 0  # streamed so far (what a cancelled response is billed)
 
 
-@dataclass
-class Background:
-    """A background response in flight in this process, so that it can be cancelled."""
-
-    generation: asyncio.Task[list[Event]] | None = None
-    cancel_requested: bool = False
-    finished: asyncio.Event = field(default_factory=asyncio.Event)
-    final: dict[str, Any] | None = None
-
-
 async def _cancelled_on_exit(stream: Any) -> AsyncIterator[Any]:
     """The worker's stream, cancelled when its reader stops early (a cancelled
     background response): the worker then stops generating."""
@@ -98,11 +85,7 @@ class ResponseEngine:
         self.outbox = outbox
         self.admission = admission
         self._tasks: set[asyncio.Task[None]] = set()
-        # Background responses: their events (to resume a stream), and those in flight.
-        self.buffer = EventBuffer()
-        self._background: dict[tuple[str, str], Background] = {}
-        # The same across replicas, in Redis when it is configured (wiring sets it).
-        self.shared: SharedBackground | None = None
+        self.background = BackgroundResponses()
 
     async def prepare(
         self, request: CreateRequest, ctx: RequestContext, pipeline: Pipeline
@@ -138,12 +121,7 @@ class ResponseEngine:
     def start(self, prepared: Prepared) -> ResponseEventQueue:
         queue = ResponseEventQueue(prepared.response_id)
         if prepared.request.background:
-            key = (prepared.ctx.tenant, prepared.response_id)
-            self._background[key] = Background()
-            queue.sink = self.buffer.open(*key).append
-            if self.shared is not None:
-                local, shared = queue.sink, self.shared.recorder(*key)
-                queue.sink = lambda event: (local(event), shared(event))
+            self.background.track(prepared.ctx.tenant, prepared.response_id, queue)
         span = prepared.ctx.span
         assert prepared.model is not None
         span.set_attribute("turnpike.model", prepared.model.id)
@@ -180,11 +158,11 @@ class ResponseEngine:
                 terminal = [events.completed(usage(0, 0, 0))]
             else:
                 generate = self._generate(prepared, generation, events, queue)
-                background = self._background.get((prepared.ctx.tenant, prepared.response_id))
+                running = self.background.running(prepared.ctx.tenant, prepared.response_id)
                 with prepared.ctx.stage("generate"):
-                    if background is None:
+                    if running is None:
                         terminal = await generate
-                    elif (done := await self._cancellable(background, generate)) is not None:
+                    elif (done := await self.background.generate(running, generate)) is not None:
                         terminal = done
                     else:
                         assert prepared.prompt is not None
@@ -212,24 +190,6 @@ class ResponseEngine:
         items = [*prepared.conversation.history, *prepared.request.input_items]
         item = compaction.seal_items(self.res.sealer, prepared.ctx.tenant, items)
         return events.add_item(item)
-
-    @staticmethod
-    async def _cancellable(
-        background: Background, generate: Coroutine[Any, Any, list[Event]]
-    ) -> list[Event] | None:
-        """Run a background response's generation in a task of its own, which ``cancel``
-        stops (the worker's stream is cancelled with it); None once cancelled."""
-        if background.cancel_requested:
-            generate.close()
-            return None
-        background.generation = asyncio.create_task(generate)
-        try:
-            return await asyncio.shield(background.generation)
-        except asyncio.CancelledError:
-            if not background.cancel_requested:  # not ours: shutting down
-                background.generation.cancel()
-                raise
-            return None
 
     async def _generate(
         self,
@@ -429,23 +389,7 @@ class ResponseEngine:
         for event in terminal:
             queue.emit(event)
         queue.close()
-        background = self._background.pop((ctx.tenant, response["id"]), None)
-        if background is not None:
-            background.final = response
-            background.finished.set()
-
-    async def cancel(self, tenant: str, response_id: str) -> dict[str, Any] | None:
-        """Cancel the tenant's background response if it is in flight in this process,
-        and give it once it has finished (``cancelled``, or what it reached first);
-        None when this process does not run it."""
-        background = self._background.get((tenant, response_id))
-        if background is None:
-            return None
-        background.cancel_requested = True
-        if background.generation is not None:
-            background.generation.cancel()
-        await background.finished.wait()
-        return background.final
+        self.background.finished(ctx.tenant, response["id"], response)
 
     async def _release(self, ctx: RequestContext, used_tokens: int) -> None:
         if self.admission is not None:

@@ -122,8 +122,8 @@ async def _resume(gw: Gateway, tenant: str, response_id: str, request: Request) 
     """A background response's events after ``starting_after``, then the live ones."""
     starting_after = int_param(request, "starting_after", -1, -1, 2**31 - 1)
     events: AsyncIterator[dict[str, Any]]
-    shared = gw.engine.shared
-    if (buffered := gw.engine.buffer.get(tenant, response_id)) is not None:
+    shared = gw.engine.background.shared
+    if (buffered := gw.engine.background.buffer.get(tenant, response_id)) is not None:
         buffered.check(starting_after)
         events = buffered.follow(starting_after)
     elif shared is not None and (kept := await shared.events(tenant, response_id)) is not None:
@@ -162,7 +162,7 @@ async def cancel_response(response_id: str, request: Request) -> Response:
     gw = gateway_of(request)
     tenant = gw.keys.tenant_for(request.headers)
     record = await _stored(gw, tenant, response_id)
-    final = await gw.engine.cancel(tenant, response_id)
+    final = await gw.engine.background.cancel(tenant, response_id)
     if final is not None:
         return JSONResponse(final)
     response = record.response
@@ -175,7 +175,7 @@ async def cancel_response(response_id: str, request: Request) -> Response:
         )
     if status == "cancelled":
         return JSONResponse(response)
-    if status in ("queued", "in_progress") and gw.engine.shared is not None:
+    if status in ("queued", "in_progress") and gw.engine.background.shared is not None:
         return JSONResponse(await _cancel_elsewhere(gw, tenant, response_id))
     if status in ("queued", "in_progress"):
         raise conflict(
@@ -189,8 +189,8 @@ async def cancel_response(response_id: str, request: Request) -> Response:
 async def _cancel_elsewhere(gw: Gateway, tenant: str, response_id: str) -> dict[str, Any]:
     """Have the replica that runs the response cancel it, and wait until it is stored
     as finished."""
-    assert gw.engine.shared is not None
-    await gw.engine.shared.request_cancel(tenant, response_id)
+    assert gw.engine.background.shared is not None
+    await gw.engine.background.shared.request_cancel(tenant, response_id)
     deadline = time.monotonic() + CANCEL_WAIT_S
     while time.monotonic() < deadline:
         await asyncio.sleep(0.05)

@@ -80,22 +80,22 @@ class Gateway:
         admission = AdmissionControl(build_limiter(settings), InFlight(settings.max_in_flight))
         engine = ResponseEngine(resources, outbox, admission)
         if settings.redis_url:  # background responses' events and cancels, across replicas
-            engine.shared = SharedBackground(
+            engine.background.shared = SharedBackground(
                 settings.redis_url,
                 min(settings.redis_store_ttl_s, BACKGROUND_EVENTS_TTL_S),
-                engine.buffer.max_events,
+                engine.background.buffer.max_events,
             )
         return cls(settings, keys, backends, store, outbox, engine, admission)
 
     async def start(self) -> None:
         self.outbox.start()
-        if self.engine.shared is not None:
-            self.engine.shared.listen(self.engine.cancel)
+        if self.engine.background.shared is not None:
+            self.engine.background.shared.listen(self.engine.background.cancel)
 
     async def stop(self, grace_s: float = 10.0) -> None:
         await self.engine.drain(grace_s)
-        if self.engine.shared is not None:
-            await self.engine.shared.close()
+        if self.engine.background.shared is not None:
+            await self.engine.background.shared.close()
         await self.outbox.close(grace_s)
         await self.backends.close()
         await self.store.close()
