@@ -106,10 +106,28 @@ async def test_function_call_stream_has_valid_arguments() -> None:
     assert events[-1].finished.finish_reason == "tool_calls"
 
 
+class VirtualTime:
+    """Model time that passes only when the simulator sleeps: a busy machine cannot
+    wake the pacer late."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+        await asyncio.sleep(0)
+
+
 async def test_deltas_group_tokens_and_keep_the_text_counts_and_first_token() -> None:
     asked = request([user("Tell me about Zürich cafés ☕ in 120 words")], tps=2000.0)
     per_token = await run(make_backend(delta_tokens=1), asked)
-    grouped = await run(make_backend(delta_interval=0.005), asked)  # 10 tokens a delta
+    time = VirtualTime()
+    grouped = await run(  # 10 tokens a delta
+        make_backend(delta_interval=0.005, clock=time.clock, sleep=time.sleep), asked
+    )
     assert deltas(grouped) == deltas(per_token)
     assert kinds(grouped)[0] == "item_started" and kinds(grouped)[-2:] == ["item_done", "finished"]
     counts = [e.delta.tokens for e in grouped if e.HasField("delta")]

@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from turnpike import ids, token_bytes
 from turnpike.inference.v1 import inference_pb2 as pb
@@ -56,6 +56,7 @@ class SimulatorBackend:
         stall_after_tokens: int = 0,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
         encoding=None,
         delta_interval: float = DELTA_INTERVAL_S,
         delta_tokens: int = DELTA_TOKENS,
@@ -71,7 +72,9 @@ class SimulatorBackend:
         self.error_rate = error_rate
         self.stall_after_tokens = stall_after_tokens
         self._rng = rng or random.Random()
+        # Model time runs on these two (tests give a virtual clock and its sleep).
         self._clock = clock
+        self._sleep = sleep
         self._encoding = encoding or harmony_encoding()
         self.delta_interval = delta_interval
         self.delta_tokens = delta_tokens
@@ -144,7 +147,7 @@ class SimulatorBackend:
             return
 
         first_due = prepared + prefill_s
-        await asyncio.sleep(max(0.0, first_due - self._clock()))
+        await self._sleep(max(0.0, first_due - self._clock()))
         if is_call:
             started = pb.ItemStarted(
                 kind=pb.ItemStarted.FUNCTION_CALL, call_id=ids.new_id("call"), name=answer.name
@@ -163,6 +166,7 @@ class SimulatorBackend:
             first_due,
             min_tokens=self._tokens_per_delta(request.tokens_per_second),
             clock=self._clock,
+            sleep=self._sleep,
         ):
             last_delta = self._clock()
             if first_delta is None:
