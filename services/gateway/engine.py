@@ -222,6 +222,8 @@ class ResponseEngine:
             # On the legacy path the imageres proxy resolves the images and sets this.
             image_tokens=prepared.image_tokens or 0,
             text_format=request.proto_text_format,
+            reasoning_effort=(request.reasoning or {}).get("effort") or "",
+            reasoning_summary=(request.reasoning or {}).get("summary") or "",
         )
         excluded: list[str] = []
         for attempt in range(MAX_WORKER_ATTEMPTS):
@@ -239,9 +241,15 @@ class ResponseEngine:
                                 event.item_started.call_id, event.item_started.name
                             ):
                                 queue.emit(e)
+                        elif event.item_started.kind == inference_pb2.ItemStarted.REASONING:
+                            for e in events.start_reasoning():
+                                queue.emit(e)
                         else:
                             for e in events.start_message():
                                 queue.emit(e)
+                    elif kind == "delta" and event.delta.summary:
+                        for e in events.summary(event.delta.text):
+                            queue.emit(e)
                     elif kind == "delta":
                         turn_metrics.first_token(prepared.ctx)
                         generation.output_tokens += event.delta.tokens
@@ -328,7 +336,12 @@ class ResponseEngine:
         u = finished.usage
         assert prepared.prompt is not None
         # The backend's count is authoritative (images, a hosted model's own tokenizer).
-        use = usage(u.input_tokens or len(prepared.prompt.tokens), u.cached_tokens, u.output_tokens)
+        use = usage(
+            u.input_tokens or len(prepared.prompt.tokens),
+            u.cached_tokens,
+            u.output_tokens,
+            u.reasoning_tokens,
+        )
         self._annotate(prepared, generation)
         if finished.finish_reason == "length":
             return events.incomplete("max_output_tokens", use)

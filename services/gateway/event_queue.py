@@ -16,7 +16,13 @@ from typing import Any
 
 from gateway.events import Event
 
-DELTA_TYPES = frozenset({"response.output_text.delta", "response.function_call_arguments.delta"})
+DELTA_TYPES = frozenset(
+    {
+        "response.output_text.delta",
+        "response.function_call_arguments.delta",
+        "response.reasoning_text.delta",
+    }
+)
 
 
 class ResponseEventQueue:

@@ -24,6 +24,7 @@ class ResponseEvents:
         self._seq = 0
         self._item: dict[str, Any] | None = None
         self._text: list[str] = []
+        self._summary: str | None = None  # the open reasoning item's summary text
 
     def _event(self, kind: str, **fields: Any) -> Event:
         event = {"type": kind, "sequence_number": self._seq, **fields}
@@ -108,6 +109,33 @@ class ResponseEvents:
             self._event("response.output_item.added", output_index=self._index, item=dict(item))
         ]
 
+    def start_reasoning(self) -> list[Event]:
+        item = {
+            "id": new_id("rs"),
+            "type": "reasoning",
+            "summary": [],
+            "content": [],
+            "status": "in_progress",
+        }
+        self._open(item)
+        return [
+            self._event("response.output_item.added", output_index=self._index, item=dict(item))
+        ]
+
+    def summary(self, text: str) -> list[Event]:
+        """The open reasoning item's summary, whole: its part added, then its text."""
+        item = self._require_open()
+        self._summary = text
+        on = self._on(item, self._index)
+        return [
+            on(
+                "response.reasoning_summary_part.added",
+                summary_index=0,
+                part={"type": "summary_text", "text": ""},
+            ),
+            on("response.reasoning_summary_text.delta", summary_index=0, delta=text),
+        ]
+
     def add_item(self, item: dict[str, Any]) -> list[Event]:
         """An output item complete from the start (a compaction item): added, then done."""
         self.response["output"].append(item)
@@ -119,14 +147,16 @@ class ResponseEvents:
     def delta(self, text: str) -> Event:
         item = self._require_open()
         self._text.append(text)
-        if item["type"] == "message":
+        if item["type"] in ("message", "reasoning"):
+            kind = "output_text" if item["type"] == "message" else "reasoning_text"
+            extra = {"logprobs": []} if item["type"] == "message" else {}
             return self._event(
-                "response.output_text.delta",
+                f"response.{kind}.delta",
                 item_id=item["id"],
                 output_index=self._index,
                 content_index=0,
                 delta=text,
-                logprobs=[],
+                **extra,
             )
         return self._event(
             "response.function_call_arguments.delta",
@@ -152,6 +182,7 @@ class ResponseEvents:
             raise RuntimeError("an output item is already open")
         self._item = item
         self._text = []
+        self._summary = None
         self.response["output"].append(item)
 
     def _require_open(self) -> dict[str, Any]:
@@ -187,6 +218,8 @@ class ResponseEvents:
                     part=dict(part),
                 ),
             ]
+        elif item["type"] == "reasoning":
+            events = self._close_reasoning(item, index, text)
         else:
             item["arguments"] = text
             events = [
@@ -199,3 +232,22 @@ class ResponseEvents:
             ]
         events.append(self._event("response.output_item.done", output_index=index, item=dict(item)))
         return events
+
+    def _close_reasoning(self, item: dict[str, Any], index: int, text: str) -> list[Event]:
+        item["content"] = [{"type": "reasoning_text", "text": text}]
+        on = self._on(item, index)
+        events = [on("response.reasoning_text.done", content_index=0, text=text)]
+        if self._summary is not None:
+            part = {"type": "summary_text", "text": self._summary}
+            item["summary"] = [part]
+            events += [
+                on("response.reasoning_summary_text.done", summary_index=0, text=self._summary),
+                on("response.reasoning_summary_part.done", summary_index=0, part=dict(part)),
+            ]
+        return events
+
+    def _on(self, item: dict[str, Any], index: int):
+        """An event builder for one output item's events."""
+        return lambda kind, **fields: self._event(
+            kind, item_id=item["id"], output_index=index, **fields
+        )

@@ -310,13 +310,30 @@ def _json_schema_format(fmt: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+REASONING_SUMMARIES = ("auto", "concise", "detailed")
+
+
 def _reasoning(raw: Any) -> dict[str, Any] | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
         raise invalid_type("reasoning", "an object")
+    effort, summary = raw.get("effort"), raw.get("summary")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise invalid(
+            f"Invalid 'reasoning.effort': expected one of {', '.join(REASONING_EFFORTS)}.",
+            "reasoning.effort",
+            "invalid_value",
+        )
+    if summary is not None and summary not in REASONING_SUMMARIES:
+        raise invalid(
+            f"Invalid 'reasoning.summary': expected one of {', '.join(REASONING_SUMMARIES)}.",
+            "reasoning.summary",
+            "invalid_value",
+        )
     # The spec's Reasoning object needs both keys; fill what the client left out.
-    return {"effort": raw.get("effort"), "summary": raw.get("summary")}
+    return {"effort": effort, "summary": summary}
 
 
 def _compact_threshold(raw: Any) -> int | None:

@@ -60,12 +60,14 @@ def new_response(
     return response
 
 
-def usage(input_tokens: int, cached_tokens: int, output_tokens: int) -> dict[str, Any]:
+def usage(
+    input_tokens: int, cached_tokens: int, output_tokens: int, reasoning_tokens: int = 0
+) -> dict[str, Any]:
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": input_tokens + output_tokens,
     }
 

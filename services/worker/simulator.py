@@ -37,7 +37,7 @@ from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.vocab import harmony_encoding
 
 from worker import metrics
-from worker.answers import AnswerError, FunctionCallAnswer, plan_answer
+from worker.answers import AnswerError, FunctionCallAnswer, plan_answer, plan_reasoning
 from worker.backends import InvalidRequestError, error_event
 from worker.pacing import Chunk, paced, token_chunks
 from worker.prefix_cache import PrefixCache
@@ -117,17 +117,28 @@ class SimulatorBackend:
                 request.instructions,
                 request.text_format,
             )
+            reasoning = plan_reasoning(
+                request.items,
+                request.reasoning_effort,
+                request.reasoning_summary,
+                request.sampling.seed,
+                self.count_tokens,
+                request.instructions,
+            )
         except AnswerError as exc:
             raise InvalidRequestError(str(exc)) from exc
 
         is_call = isinstance(answer, FunctionCallAnswer)
         text = answer.arguments if is_call else answer.text
         tokens = self.encode(text)
+        thought = self.encode(reasoning.text) if reasoning is not None else []
         finish_reason = "tool_calls" if is_call else "stop"
         limit = request.sampling.max_output_tokens
-        if limit and len(tokens) > limit:
-            tokens, finish_reason = tokens[:limit], "length"
+        if limit and len(thought) + len(tokens) > limit:
+            thought = thought[:limit]
+            tokens, finish_reason = tokens[: limit - len(thought)], "length"
         chunks = token_chunks(tokens, self._encoding.decode)
+        thought_chunks = token_chunks(thought, self._encoding.decode)
 
         prompt = token_bytes.unpack(request.prompt)
         cached = self.cache.lookup_and_insert(prompt, namespace=request.model)
@@ -148,35 +159,46 @@ class SimulatorBackend:
 
         first_due = prepared + prefill_s
         await self._sleep(max(0.0, first_due - self._clock()))
-        if is_call:
-            started = pb.ItemStarted(
-                kind=pb.ItemStarted.FUNCTION_CALL, call_id=ids.new_id("call"), name=answer.name
-            )
-        else:
-            started = pb.ItemStarted(kind=pb.ItemStarted.MESSAGE)
-        yield pb.GenerateEvent(item_started=started)
-
         stall = self.stall_after_tokens
-        if stall and stall < len(tokens):
-            chunks = _first_tokens(chunks, stall)
+        stalled = bool(stall and stall < len(thought) + len(tokens))
+        if stalled:
+            thought_chunks = _first_tokens(thought_chunks, stall)
+            chunks = _first_tokens(chunks, stall - min(stall, len(thought)))
+        spans: list[tuple[pb.ItemStarted, list[Chunk], float]] = []
+        if reasoning is not None:
+            spans.append((pb.ItemStarted(kind=pb.ItemStarted.REASONING), thought_chunks, first_due))
+        # An output cut within its reasoning has no answer item.
+        if not (reasoning is not None and not tokens and finish_reason == "length"):
+            if is_call:
+                started = pb.ItemStarted(
+                    kind=pb.ItemStarted.FUNCTION_CALL, call_id=ids.new_id("call"), name=answer.name
+                )
+            else:
+                started = pb.ItemStarted(kind=pb.ItemStarted.MESSAGE)
+            due = first_due + len(thought) / request.tokens_per_second
+            spans.append((started, chunks, due))
+        stall_span = 0 if reasoning is not None and stall <= len(thought) else len(spans) - 1
         first_delta = last_delta = None
-        async for chunk in paced(
-            chunks,
-            request.tokens_per_second,
-            first_due,
-            min_tokens=self._tokens_per_delta(request.tokens_per_second),
-            clock=self._clock,
-            sleep=self._sleep,
-        ):
-            last_delta = self._clock()
-            if first_delta is None:
-                first_delta = last_delta
-            yield pb.GenerateEvent(delta=pb.Delta(text=chunk.text, tokens=chunk.tokens))
-        if stall and stall < len(tokens):
-            # Fault knob: a backend that stops mid-stream; only the caller can end it.
-            await asyncio.get_running_loop().create_future()
-
-        yield pb.GenerateEvent(item_done=pb.ItemDone())
+        for index, (started, span_chunks, due) in enumerate(spans):
+            yield pb.GenerateEvent(item_started=started)
+            async for chunk in paced(
+                span_chunks,
+                request.tokens_per_second,
+                due,
+                min_tokens=self._tokens_per_delta(request.tokens_per_second),
+                clock=self._clock,
+                sleep=self._sleep,
+            ):
+                last_delta = self._clock()
+                if first_delta is None:
+                    first_delta = last_delta
+                yield pb.GenerateEvent(delta=pb.Delta(text=chunk.text, tokens=chunk.tokens))
+            if stalled and index == stall_span:
+                # Fault knob: a backend that stops mid-stream; only the caller can end it.
+                await asyncio.get_running_loop().create_future()
+            if started.kind == pb.ItemStarted.REASONING and reasoning and reasoning.summary:
+                yield pb.GenerateEvent(delta=pb.Delta(text=reasoning.summary, summary=True))
+            yield pb.GenerateEvent(item_done=pb.ItemDone())
         done = self._clock()
         first_delta = done if first_delta is None else first_delta
         last_delta = done if last_delta is None else last_delta
@@ -184,7 +206,10 @@ class SimulatorBackend:
             finished=pb.Finished(
                 finish_reason=finish_reason,
                 usage=pb.Usage(
-                    input_tokens=input_tokens, cached_tokens=cached, output_tokens=len(tokens)
+                    input_tokens=input_tokens,
+                    cached_tokens=cached,
+                    output_tokens=len(thought) + len(tokens),
+                    reasoning_tokens=len(thought),
                 ),
                 timings=pb.Timings(
                     queue_ms=(prepared - received) * 1000,

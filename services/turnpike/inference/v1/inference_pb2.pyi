@@ -21,7 +21,7 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "model", "prompt", "instructions", "items", "tools", "tool_choice", "parallel_tool_calls", "sampling", "tokens_per_second", "ttft_ms", "prefill_tokens_per_second", "backend", "image_tokens", "text_format")
+    __slots__ = ("request_id", "model", "prompt", "instructions", "items", "tools", "tool_choice", "parallel_tool_calls", "sampling", "tokens_per_second", "ttft_ms", "prefill_tokens_per_second", "backend", "image_tokens", "text_format", "reasoning_effort", "reasoning_summary")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,8 @@ class GenerateRequest(_message.Message):
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     IMAGE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    REASONING_EFFORT_FIELD_NUMBER: _ClassVar[int]
+    REASONING_SUMMARY_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     prompt: bytes
@@ -52,7 +54,9 @@ class GenerateRequest(_message.Message):
     backend: str
     image_tokens: int
     text_format: TextFormat
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[bytes] = ..., instructions: _Optional[str] = ..., items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.Tool, _Mapping]]] = ..., tool_choice: _Optional[str] = ..., parallel_tool_calls: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., tokens_per_second: _Optional[float] = ..., ttft_ms: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., backend: _Optional[str] = ..., image_tokens: _Optional[int] = ..., text_format: _Optional[_Union[TextFormat, _Mapping]] = ...) -> None: ...
+    reasoning_effort: str
+    reasoning_summary: str
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[bytes] = ..., instructions: _Optional[str] = ..., items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.Tool, _Mapping]]] = ..., tool_choice: _Optional[str] = ..., parallel_tool_calls: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., tokens_per_second: _Optional[float] = ..., ttft_ms: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., backend: _Optional[str] = ..., image_tokens: _Optional[int] = ..., text_format: _Optional[_Union[TextFormat, _Mapping]] = ..., reasoning_effort: _Optional[str] = ..., reasoning_summary: _Optional[str] = ...) -> None: ...
 
 class TextFormat(_message.Message):
     __slots__ = ("type", "name", "description", "schema_json", "strict")
@@ -89,9 +93,11 @@ class ItemStarted(_message.Message):
         KIND_UNSPECIFIED: _ClassVar[ItemStarted.Kind]
         MESSAGE: _ClassVar[ItemStarted.Kind]
         FUNCTION_CALL: _ClassVar[ItemStarted.Kind]
+        REASONING: _ClassVar[ItemStarted.Kind]
     KIND_UNSPECIFIED: ItemStarted.Kind
     MESSAGE: ItemStarted.Kind
     FUNCTION_CALL: ItemStarted.Kind
+    REASONING: ItemStarted.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -101,26 +107,30 @@ class ItemStarted(_message.Message):
     def __init__(self, kind: _Optional[_Union[ItemStarted.Kind, str]] = ..., call_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class Delta(_message.Message):
-    __slots__ = ("text", "tokens")
+    __slots__ = ("text", "tokens", "summary")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
     text: str
     tokens: int
-    def __init__(self, text: _Optional[str] = ..., tokens: _Optional[int] = ...) -> None: ...
+    summary: bool
+    def __init__(self, text: _Optional[str] = ..., tokens: _Optional[int] = ..., summary: _Optional[bool] = ...) -> None: ...
 
 class ItemDone(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ("input_tokens", "cached_tokens", "output_tokens")
+    __slots__ = ("input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     input_tokens: int
     cached_tokens: int
     output_tokens: int
-    def __init__(self, input_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ...) -> None: ...
+    reasoning_tokens: int
+    def __init__(self, input_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., reasoning_tokens: _Optional[int] = ...) -> None: ...
 
 class Timings(_message.Message):
     __slots__ = ("queue_ms", "prefill_ms", "decode_ms", "ttft_ms", "total_ms")

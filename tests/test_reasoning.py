@@ -1,0 +1,118 @@
+"""Reasoning through the official SDK against the real stack: ``reasoning.effort`` gives
+a reasoning item before the answer with ``reasoning_tokens`` in usage, its streamed
+events validate, and a summary is streamed when asked for."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+from support.openresponses import (
+    parse_sse,
+    validate_output_item,
+    validate_response_object,
+    validate_stream_event,
+)
+
+pytestmark = pytest.mark.stack
+
+MODEL = "turnpike-sim-4000"
+# OpenAI's names (the SDK's event types) for the reasoning text events; the Open
+# Responses catalogue has the same events, fields and all, as response.reasoning.*.
+SPEC_NAMES = {
+    "response.reasoning_text.delta": "response.reasoning.delta",
+    "response.reasoning_text.done": "response.reasoning.done",
+}
+
+
+def client_of(stack, tenant: str = "alice") -> OpenAI:
+    return OpenAI(base_url=stack.base_url, api_key=stack.api_keys[tenant], max_retries=0)
+
+
+def validate_event(event: dict) -> None:
+    validate_stream_event({**event, "type": SPEC_NAMES.get(event["type"], event["type"])})
+
+
+def stream_events(stack, **body) -> list[dict]:
+    reply = httpx.post(
+        f"{stack.base_url}/responses",
+        headers={"authorization": f"Bearer {stack.api_keys['alice']}"},
+        json={"model": MODEL, "stream": True, **body},
+        timeout=60,
+    )
+    assert reply.status_code == 200, reply.text
+    frames = parse_sse(reply.text)
+    assert frames[-1][1] == "[DONE]"
+    events = [json.loads(data) for _, data in frames[:-1]]
+    for event in events:
+        validate_event(event)
+    return events
+
+
+def test_effort_gives_a_reasoning_item_and_reasoning_tokens(stack):
+    client = client_of(stack)
+    raw = client.responses.with_raw_response.create(
+        model=MODEL, input="Why is the sky blue?", reasoning={"effort": "medium"}
+    )
+    validate_response_object(raw.http_response.json())
+    response = raw.parse()
+    assert [item.type for item in response.output] == ["reasoning", "message"]
+    reasoning = response.output[0]
+    for item in raw.http_response.json()["output"]:
+        validate_output_item(item)
+    assert reasoning.content and reasoning.content[0].type == "reasoning_text"
+    assert reasoning.content[0].text and reasoning.summary == []
+    details = response.usage.output_tokens_details
+    assert details.reasoning_tokens > 0
+    assert response.usage.output_tokens > details.reasoning_tokens
+    assert response.reasoning.effort == "medium"
+    plain = client.responses.create(model=MODEL, input="Why is the sky blue?")
+    assert [item.type for item in plain.output] == ["message"]
+    assert plain.usage.output_tokens_details.reasoning_tokens == 0
+    assert plain.output_text == response.output_text
+
+
+def test_streamed_reasoning_and_summary_events_validate(stack):
+    events = stream_events(
+        stack, input="Explain tides.", reasoning={"effort": "low", "summary": "detailed"}
+    )
+    types = [e["type"] for e in events]
+    first_message = types.index("response.content_part.added")
+    reasoning_types = types[:first_message]
+    assert "response.reasoning_text.delta" in reasoning_types
+    assert reasoning_types[-7:] == [
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_text.done",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+        "response.output_item.done",
+        "response.output_item.added",  # the message
+    ]
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.reasoning_text.delta")
+    final = events[-1]["response"]
+    assert final["output"][0]["content"] == [{"type": "reasoning_text", "text": deltas}]
+    summary = final["output"][0]["summary"]
+    assert summary[0]["type"] == "summary_text" and summary[0]["text"].startswith("**")
+    assert final["usage"]["output_tokens_details"]["reasoning_tokens"] > 0
+
+
+def test_the_sdk_stream_has_typed_reasoning_events(stack):
+    client = client_of(stack)
+    with client.responses.stream(
+        model=MODEL, input="Plan a trip.", reasoning={"effort": "high", "summary": "auto"}
+    ) as stream:
+        kinds = {type(event).__name__ for event in stream}
+        final = stream.get_final_response()
+    assert "ResponseReasoningTextDeltaEvent" in kinds
+    assert "ResponseReasoningSummaryTextDeltaEvent" in kinds
+    assert final.output[0].type == "reasoning" and final.output[0].summary
+
+
+def test_an_unknown_effort_is_refused(stack):
+    with pytest.raises(openai.BadRequestError) as err:
+        client_of(stack).responses.create(model=MODEL, input="hi", reasoning={"effort": "extreme"})
+    assert err.value.body["param"] == "reasoning.effort"
