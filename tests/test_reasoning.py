@@ -116,3 +116,82 @@ def test_an_unknown_effort_is_refused(stack):
     with pytest.raises(openai.BadRequestError) as err:
         client_of(stack).responses.create(model=MODEL, input="hi", reasoning={"effort": "extreme"})
     assert err.value.body["param"] == "reasoning.effort"
+
+
+def user(text: str) -> dict:
+    return {"type": "message", "role": "user", "content": text}
+
+
+def as_input(response) -> list[dict]:
+    """The response's output items as a stateless client sends them back."""
+    return [item.model_dump(exclude_none=True, warnings=False) for item in response.output]
+
+
+STATELESS = {"store": False, "include": ["reasoning.encrypted_content"]}
+
+
+def test_stateless_chaining_with_encrypted_reasoning(stack):
+    client = client_of(stack)
+    first_input = [user("Which planets have rings?")]
+    first = client.responses.create(
+        model=MODEL, input=first_input, reasoning={"effort": "low"}, **STATELESS
+    )
+    reasoning = first.output[0]
+    assert reasoning.type == "reasoning" and reasoning.encrypted_content
+    assert reasoning.content[0].text not in reasoning.encrypted_content
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(first.id)
+    history = [*first_input, *as_input(first), user("And which is the largest?")]
+    second = client.responses.create(
+        model=MODEL, input=history, reasoning={"effort": "low"}, **STATELESS
+    )
+    assert second.status == "completed"
+    assert [item.type for item in second.output] == ["reasoning", "message"]
+    assert second.usage.input_tokens > first.usage.input_tokens
+
+
+def test_encrypted_reasoning_renders_as_the_chained_turn(stack):
+    client = client_of(stack)
+    first_input = [user("Name three rivers.")]
+    first = client.responses.create(
+        model=MODEL,
+        input=first_input,
+        reasoning={"effort": "medium"},
+        include=["reasoning.encrypted_content"],
+    )
+    follow_up = user("Which is the longest?")
+    chained = client.responses.input_tokens.count(
+        model=MODEL, previous_response_id=first.id, input=[follow_up]
+    )
+    stateless = client.responses.input_tokens.count(
+        model=MODEL, input=[*first_input, *as_input(first), follow_up]
+    )
+    assert stateless.input_tokens == chained.input_tokens
+
+
+def test_changed_or_foreign_encrypted_reasoning_is_refused(stack):
+    alice = client_of(stack, "alice")
+    first_input = [user("Count to three.")]
+    first = alice.responses.create(
+        model=MODEL, input=first_input, reasoning={"effort": "low"}, **STATELESS
+    )
+    items = as_input(first)
+    blob = items[0]["encrypted_content"]
+    changed = {
+        **items[0],
+        "encrypted_content": blob[:-4] + ("AAAA" if blob[-4:] != "AAAA" else "BBBB"),
+    }
+    for client, item in ((alice, changed), (client_of(stack, "bob"), items[0])):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.responses.create(
+                model=MODEL, input=[*first_input, item, user("Again.")], **STATELESS
+            )
+        body = err.value.body
+        assert body["param"] == "input[1].encrypted_content", body
+        assert body["code"] == "invalid_encrypted_content", body
+
+
+def test_an_unknown_include_is_refused(stack):
+    with pytest.raises(openai.BadRequestError) as err:
+        client_of(stack).responses.create(model=MODEL, input="hi", include=["everything"])
+    assert err.value.body["param"] == "include[0]"

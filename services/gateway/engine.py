@@ -25,7 +25,7 @@ from turnpike.imageres.v1 import imageres_pb2
 from turnpike.inference.v1 import inference_pb2
 from turnpike.router.v1 import router_pb2
 
-from gateway import compaction, turn_metrics
+from gateway import compaction, encrypted_reasoning, turn_metrics
 from gateway.admission import AdmissionControl
 from gateway.background import BackgroundResponses
 from gateway.billing_outbox import BillingOutbox
@@ -92,6 +92,7 @@ class ResponseEngine:
     ) -> Prepared:
         # Compaction items become the items they hold before any stage sees the input.
         request.input_items = compaction.expand(self.res.sealer, ctx.tenant, request.input_items)
+        encrypted_reasoning.open_items(self.res.sealer, ctx.tenant, request.input_items)
         prepared = Prepared(request, ctx, new_id("resp"))
         ctx.span.set_attribute("turnpike.response.id", prepared.response_id)
         turn_metrics.response_started(ctx)
@@ -145,6 +146,9 @@ class ResponseEngine:
     async def _drive(self, prepared: Prepared, queue: ResponseEventQueue) -> None:
         assert prepared.response is not None
         events = ResponseEvents(prepared.response)
+        if encrypted_reasoning.INCLUDE in prepared.request.include:
+            sealer, tenant = self.res.sealer, prepared.ctx.tenant
+            events.seal_reasoning = lambda text: encrypted_reasoning.seal(sealer, tenant, text)
         generation = Generation(prepared.route)
         terminal: list[Event] = []
         try:
@@ -498,6 +502,7 @@ class ResponseEngine:
         """Every item of the request's conversation (its parent's, then its input,
         compaction items expanded) and the prompt tokens they render to."""
         request.input_items = compaction.expand(self.res.sealer, tenant, request.input_items)
+        encrypted_reasoning.open_items(self.res.sealer, tenant, request.input_items)
         parent = None
         if request.previous_response_id:
             parent = await load_parent(self.res.store, tenant, request.previous_response_id)

@@ -9,6 +9,7 @@ output in the terminal event. Transports only serialise what it returns.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from turnpike.ids import new_id
@@ -25,6 +26,8 @@ class ResponseEvents:
         self._item: dict[str, Any] | None = None
         self._text: list[str] = []
         self._summary: str | None = None  # the open reasoning item's summary text
+        # include reasoning.encrypted_content: reasoning text -> its encrypted_content.
+        self.seal_reasoning: Callable[[str], str] | None = None
 
     def _event(self, kind: str, **fields: Any) -> Event:
         event = {"type": kind, "sequence_number": self._seq, **fields}
@@ -235,6 +238,8 @@ class ResponseEvents:
 
     def _close_reasoning(self, item: dict[str, Any], index: int, text: str) -> list[Event]:
         item["content"] = [{"type": "reasoning_text", "text": text}]
+        if self.seal_reasoning is not None:
+            item["encrypted_content"] = self.seal_reasoning(text)
         on = self._on(item, index)
         events = [on("response.reasoning_text.done", content_index=0, text=text)]
         if self._summary is not None:

@@ -45,6 +45,7 @@ class CreateRequest:
     truncation: str = "disabled"
     text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}})
     reasoning: dict[str, Any] | None = None
+    include: list[str] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
     store: bool = True
     stream: bool = False
@@ -336,6 +337,35 @@ def _reasoning(raw: Any) -> dict[str, Any] | None:
     return {"effort": effort, "summary": summary}
 
 
+# What include may ask for (the API's values); only reasoning.encrypted_content adds to
+# the output today, the others name output this server does not produce.
+INCLUDABLE = (
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+    "message.input_image.image_url",
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "code_interpreter_call.outputs",
+    "computer_call_output.output.image_url",
+)
+
+
+def _include(raw: Any) -> list[str]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise invalid_type("include", "an array of strings")
+    for i, value in enumerate(raw):
+        if value not in INCLUDABLE:
+            raise invalid(
+                f"Invalid 'include[{i}]': expected one of {', '.join(INCLUDABLE)}.",
+                f"include[{i}]",
+                "invalid_value",
+            )
+    return list(raw)
+
+
 def _compact_threshold(raw: Any) -> int | None:
     """``context_management: [{"type": "compaction", "compact_threshold": N}]``: N."""
     if raw is None:
@@ -447,6 +477,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         truncation=truncation,
         text=_text(body.get("text")),
         reasoning=_reasoning(body.get("reasoning")),
+        include=_include(body.get("include")),
         metadata=parse_metadata(body.get("metadata")),
         store=True if store is None else store,
         stream=bool(stream),
