@@ -228,3 +228,46 @@ def test_retry_after_headers() -> None:
     assert parse_retry_after({"retry-after": date}, now=lambda: 1445412480.0) == 10.0
     assert parse_retry_after({"retry-after": "soon"}) is None
     assert parse_retry_after({}) is None
+
+
+def test_reasoning_deltas_become_a_reasoning_item_before_the_message() -> None:
+    mapper = ChunkMapper(fallback_input_tokens=10)
+    events = mapper.feed(chunk({"role": "assistant"}))
+    events += mapper.feed(chunk({"reasoning": "Think", "tokens": [1]}))
+    events += mapper.feed(chunk({"reasoning": " more.", "tokens": [2, 3]}))
+    events += mapper.feed(chunk({"content": "Answer.", "tokens": [4, 5]}))
+    events += mapper.feed(chunk({}, "stop"))
+    closing, reason, usage = mapper.finish()
+    events += closing
+    started = [e.item_started.kind for e in events if e.HasField("item_started")]
+    assert started == [pb.ItemStarted.REASONING, pb.ItemStarted.MESSAGE]
+    assert kinds(events) == [
+        *("item_started", "delta", "delta", "item_done"),
+        *("item_started", "delta", "item_done"),
+    ]
+    assert "".join(e.delta.text for e in events[1:3]) == "Think more."
+    assert reason == "stop"
+    assert (usage.output_tokens, usage.reasoning_tokens) == (5, 3)
+    # The backend's own count wins when it sends one.
+    mapper = ChunkMapper()
+    mapper.feed(chunk({"reasoning_content": "Hm."}))
+    mapper.feed(
+        chunk(
+            {},
+            "stop",
+            usage={
+                "prompt_tokens": 7,
+                "completion_tokens": 9,
+                "completion_tokens_details": {"reasoning_tokens": 6},
+            },
+        )
+    )
+    usage = mapper.finish()[2]
+    assert (usage.output_tokens, usage.reasoning_tokens) == (9, 6)
+
+
+def test_reasoning_effort_is_passed_in_the_chat_api_values() -> None:
+    for effort, sent in (("", None), ("none", None), ("minimal", "low"), ("high", "high")):
+        req = request()
+        req.reasoning_effort = effort
+        assert chat_params(req).get("reasoning_effort") == sent

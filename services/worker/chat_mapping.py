@@ -20,7 +20,9 @@ Request (``chat_params``):
   ``{"type": "json_schema", "json_schema": {name, description?, schema, strict}}``,
   ``json_object`` -> ``{"type": "json_object"}``; plain text sends none;
 - sampling: ``temperature`` always (the gateway always sets it; 0 is greedy), ``top_p``,
-  ``seed`` and ``max_completion_tokens`` only when non-zero (0 means unset there).
+  ``seed`` and ``max_completion_tokens`` only when non-zero (0 means unset there);
+- ``reasoning_effort``: the request's effort, when it asks for one (minimal -> low,
+  xhigh -> high: the chat API's values are low, medium and high).
 
 Stream (``ChunkMapper``), one chunk (a ``chat.completion.chunk`` as a dict) at a time:
 
@@ -32,8 +34,9 @@ Stream (``ChunkMapper``), one chunk (a ``chat.completion.chunk`` as a dict) at a
   starts or the stream ends. Calls must arrive one index after another (as OpenAI
   streams them; Cerebras sends each call whole): a fragment for a call already closed
   is a protocol error;
-- ``delta.reasoning`` is not forwarded (the contract has no reasoning item); those
-  tokens are still in ``usage.completion_tokens``;
+- ``delta.reasoning`` (gpt-oss on Cerebras; ``reasoning_content`` elsewhere) -> a
+  REASONING item, as ``delta.content`` a MESSAGE item; its Delta tokens are the
+  reasoning tokens unless ``usage.completion_tokens_details.reasoning_tokens`` says;
 - Delta tokens: ``len(delta.tokens)`` when the backend sends token ids, else 1 per
   chunk (given to the chunk's first Delta). Only the final ``usage`` is exact; the
   Finished event carries it;
@@ -68,6 +71,9 @@ FINISH_REASONS = {
     "length": "length",
     "content_filter": "stop",
 }
+
+
+CHAT_EFFORTS = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 
 
 class MappingError(ValueError):
@@ -222,6 +228,9 @@ def chat_params(request: pb.GenerateRequest) -> dict[str, Any]:
         params["seed"] = sampling.seed
     if sampling.max_output_tokens:
         params["max_completion_tokens"] = sampling.max_output_tokens
+    effort = CHAT_EFFORTS.get(request.reasoning_effort)
+    if effort is not None:
+        params["reasoning_effort"] = effort
     return params
 
 
@@ -236,9 +245,10 @@ class ChunkMapper:
         self.fallback_input_tokens = fallback_input_tokens
         self.emitted = False  # any event out yet (after that, no silent retry)
         self.delta_tokens = 0
+        self.reasoning_delta_tokens = 0
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
-        self._open: str | None = None  # "message" | "call"
+        self._open: str | None = None  # "message" | "reasoning" | "call"
         self._call_index: int | None = None
         self._closed_calls: set[int] = set()
         self._calls = 0
@@ -254,19 +264,32 @@ class ChunkMapper:
             token_ids = delta.get("tokens") or choice.get("tokens")
             tokens = [len(token_ids) if token_ids else 1]  # for the chunk's first Delta
 
+            reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+            if reasoning:
+                before = self.delta_tokens
+                events += self._text(reasoning, tokens, "reasoning", pb.ItemStarted.REASONING)
+                self.reasoning_delta_tokens += self.delta_tokens - before
             content = delta.get("content")
             if content:
-                if self._open != "message":
-                    events += self._close()
-                    events.append(_started(pb.ItemStarted(kind=pb.ItemStarted.MESSAGE)))
-                    self._open = "message"
-                events.append(self._delta(content, tokens))
+                events += self._text(content, tokens, "message", pb.ItemStarted.MESSAGE)
             for call in delta.get("tool_calls") or ():
                 events += self._call_fragment(call, tokens)
 
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
         self.emitted = self.emitted or bool(events)
+        return events
+
+    def _text(
+        self, text: str, tokens: list[int], kind: str, started: pb.ItemStarted.Kind.ValueType
+    ) -> list[pb.GenerateEvent]:
+        """A text Delta of a message or reasoning item, starting the item if need be."""
+        events: list[pb.GenerateEvent] = []
+        if self._open != kind:
+            events += self._close()
+            events.append(_started(pb.ItemStarted(kind=started)))
+            self._open = kind
+        events.append(self._delta(text, tokens))
         return events
 
     def _call_fragment(self, call: dict[str, Any], tokens: list[int]) -> list[pb.GenerateEvent]:
@@ -335,6 +358,10 @@ class ChunkMapper:
             input_tokens=self.fallback_input_tokens if prompt is None else int(prompt),
             cached_tokens=int(details.get("cached_tokens") or 0),
             output_tokens=self.delta_tokens if completion is None else int(completion),
+            reasoning_tokens=int(
+                (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+                or self.reasoning_delta_tokens
+            ),
         )
 
 
