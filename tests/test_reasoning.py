@@ -195,3 +195,49 @@ def test_an_unknown_include_is_refused(stack):
     with pytest.raises(openai.BadRequestError) as err:
         client_of(stack).responses.create(model=MODEL, input="hi", include=["everything"])
     assert err.value.body["param"] == "include[0]"
+
+
+@pytest.mark.parametrize("websocket", [False, True])
+async def test_openai_agents_runs_a_stateless_tool_loop_with_reasoning(stack, websocket):
+    from agents import Agent, ModelSettings, RunConfig, Runner, function_tool
+    from agents.models.openai_provider import OpenAIProvider
+    from openai.types.shared import Reasoning
+
+    calls = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        calls.append(city)
+        return f"It is sunny in {city}."
+
+    provider = OpenAIProvider(
+        api_key=stack.api_key,
+        base_url=stack.base_url,
+        use_responses=True,
+        use_responses_websocket=websocket,
+    )
+    agent = Agent(
+        name="forecaster",
+        instructions="Answer with the weather.",
+        tools=[get_weather],
+        model="turnpike-sim",
+        model_settings=ModelSettings(
+            store=False,
+            reasoning=Reasoning(effort="low"),
+            response_include=["reasoning.encrypted_content"],
+        ),
+    )
+    try:
+        result = await Runner.run(
+            agent,
+            "What's the weather in Lisbon?",
+            run_config=RunConfig(model_provider=provider, tracing_disabled=True),
+        )
+    finally:
+        await provider.aclose()
+    assert calls, "the agent called the tool"
+    assert "sunny" in result.final_output
+    reasoning = [r for r in result.raw_responses for i in r.output if i.type == "reasoning"]
+    assert len(reasoning) == 2  # one a turn, the second sent back its first's, sealed
+    assert all(r.usage.output_tokens_details.reasoning_tokens > 0 for r in result.raw_responses)
