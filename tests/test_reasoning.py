@@ -10,12 +10,14 @@ import httpx
 import openai
 import pytest
 from openai import OpenAI
+from support.agents_loop import run_weather_agent
 from support.openresponses import (
     parse_sse,
     validate_output_item,
     validate_response_object,
     validate_stream_event,
 )
+from test_compaction import _ws_turn
 
 pytestmark = pytest.mark.stack
 
@@ -199,45 +201,39 @@ def test_an_unknown_include_is_refused(stack):
 
 @pytest.mark.parametrize("websocket", [False, True])
 async def test_openai_agents_runs_a_stateless_tool_loop_with_reasoning(stack, websocket):
-    from agents import Agent, ModelSettings, RunConfig, Runner, function_tool
-    from agents.models.openai_provider import OpenAIProvider
+    from agents import ModelSettings
     from openai.types.shared import Reasoning
 
-    calls = []
-
-    @function_tool
-    def get_weather(city: str) -> str:
-        """Current weather for a city."""
-        calls.append(city)
-        return f"It is sunny in {city}."
-
-    provider = OpenAIProvider(
-        api_key=stack.api_key,
-        base_url=stack.base_url,
-        use_responses=True,
-        use_responses_websocket=websocket,
+    settings = ModelSettings(
+        store=False,
+        reasoning=Reasoning(effort="low"),
+        response_include=["reasoning.encrypted_content"],
     )
-    agent = Agent(
-        name="forecaster",
-        instructions="Answer with the weather.",
-        tools=[get_weather],
-        model="turnpike-sim",
-        model_settings=ModelSettings(
-            store=False,
-            reasoning=Reasoning(effort="low"),
-            response_include=["reasoning.encrypted_content"],
-        ),
-    )
-    try:
-        result = await Runner.run(
-            agent,
-            "What's the weather in Lisbon?",
-            run_config=RunConfig(model_provider=provider, tracing_disabled=True),
-        )
-    finally:
-        await provider.aclose()
+    calls, result = await run_weather_agent(stack, websocket=websocket, model_settings=settings)
     assert calls, "the agent called the tool"
     assert "sunny" in result.final_output
     reasoning = [r for r in result.raw_responses for i in r.output if i.type == "reasoning"]
     assert len(reasoning) == 2  # one a turn, the second sent back its first's, sealed
     assert all(r.usage.output_tokens_details.reasoning_tokens > 0 for r in result.raw_responses)
+
+
+def test_encrypted_reasoning_over_websocket(stack):
+    alice, bob = client_of(stack, "alice"), client_of(stack, "bob")
+    first_input = [user("Describe a volcano.")]
+    bobs = bob.responses.create(
+        model=MODEL, input=first_input, reasoning={"effort": "low"}, **STATELESS
+    )
+    with alice.responses.connect() as conn:
+        first = _ws_turn(
+            conn, model=MODEL, input=first_input, reasoning={"effort": "low"}, **STATELESS
+        )
+        assert first.type == "response.completed"
+        items = as_input(first.response)
+        assert items[0]["encrypted_content"]
+        again = [*first_input, *items, user("And a glacier?")]
+        done = _ws_turn(conn, model=MODEL, input=again, **STATELESS)
+        foreign = [*first_input, *as_input(bobs), user("And a glacier?")]
+        refused = _ws_turn(conn, model=MODEL, input=foreign, **STATELESS)
+    assert done.type == "response.completed"
+    assert refused.type == "error"
+    assert refused.error.param == "input[1].encrypted_content"

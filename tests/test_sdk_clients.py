@@ -9,6 +9,7 @@ import httpx
 import jsonschema
 import pytest
 from openai import OpenAI
+from support.agents_loop import run_weather_agent
 from support.openresponses import (
     validate_response_object,
     validate_stream_event,
@@ -228,36 +229,6 @@ def test_websocket_session_lanes_echo_stream_id(client):
 
 
 async def test_openai_agents_runs_a_tool_loop_over_websocket(stack):
-    from agents import Agent, RunConfig, Runner, function_tool
-    from agents.models.openai_provider import OpenAIProvider
-
-    calls = []
-
-    @function_tool
-    def get_weather(city: str) -> str:
-        """Current weather for a city."""
-        calls.append(city)
-        return f"It is sunny in {city}."
-
-    provider = OpenAIProvider(
-        api_key=stack.api_key,
-        base_url=stack.base_url,
-        use_responses=True,
-        use_responses_websocket=True,
-    )
-    agent = Agent(
-        name="forecaster",
-        instructions="Answer with the weather.",
-        tools=[get_weather],
-        model="turnpike-sim",
-    )
-    try:
-        result = await Runner.run(
-            agent,
-            "What's the weather in Lisbon?",
-            run_config=RunConfig(model_provider=provider, tracing_disabled=True),
-        )
-    finally:
-        await provider.aclose()
+    calls, result = await run_weather_agent(stack, websocket=True)
     assert calls, "the agent called the tool"
     assert "sunny" in result.final_output
