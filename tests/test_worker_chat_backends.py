@@ -130,6 +130,19 @@ async def test_text_stream_usage_and_timings(fake, make_backend) -> None:
     assert "tools" not in sent.body
 
 
+async def test_streamed_reasoning_becomes_a_reasoning_item(fake, make_backend) -> None:
+    events = await run(make_backend(), request("fake-reasoning", reasoning_effort="high"))
+    started = [e.item_started.kind for e in events if e.HasField("item_started")]
+    assert started == [pb.ItemStarted.REASONING, pb.ItemStarted.MESSAGE]
+    reasoning_end = kinds(events).index("item_done")
+    assert text_of(events[:reasoning_end]) == "".join(fakeapi.REASONING)
+    assert text_of(events[reasoning_end:]) == "".join(fakeapi.TEXT)
+    usage = events[-1].finished.usage
+    assert usage.output_tokens == fakeapi.USAGE["completion_tokens"]
+    assert usage.reasoning_tokens == len(fakeapi.REASONING)  # a token a chunk, as counted
+    assert fake.requests[-1].body["reasoning_effort"] == "high"
+
+
 async def test_streamed_tool_call_becomes_a_function_call_item(fake, make_backend) -> None:
     req = request(
         "fake-tool-call",

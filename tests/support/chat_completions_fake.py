@@ -57,6 +57,7 @@ CEREBRAS = "cerebras"
 VLLM = "vllm"
 
 TEXT = ["Hello", ", world", "!"]
+REASONING = ["The user greets", " us; greet back."]  # model "fake-reasoning", before TEXT
 CALL_ID = "9f1c2e7a4"
 CALL_NAME = "get_weather"
 CALL_ARGUMENT_FRAGMENTS = ['{"city":', ' "Paris",', ' "unit": "c"}']
@@ -84,6 +85,7 @@ SCENARIOS = (
     "fake-tool-call",  # one call, arguments in three fragments, finish "tool_calls"
     "fake-parallel-tool-calls",  # two whole calls in one chunk (as Cerebras sends them)
     "fake-text-then-tool-call",  # content, then a call
+    "fake-reasoning",  # two delta.reasoning chunks (gpt-oss on Cerebras), then the text
     "fake-length",  # content, finish "length"
     "fake-no-usage",  # content, finish "stop", no usage / time_info
     "fake-rate-limited-then-ok",  # 429 for the first `rate_limit_failures` calls, then text
@@ -230,6 +232,9 @@ class ChatCompletionsFake:
             ]
             yield chunks.frame({"tool_calls": calls})
         else:
+            if model == "fake-reasoning":
+                for text in REASONING:
+                    yield chunks.frame({"reasoning": text})
             for text in TEXT:
                 yield chunks.frame({"content": text})
             if model == "fake-text-then-tool-call":
