@@ -90,9 +90,7 @@ class ResponseEngine:
     async def prepare(
         self, request: CreateRequest, ctx: RequestContext, pipeline: Pipeline
     ) -> Prepared:
-        # Compaction items become the items they hold before any stage sees the input.
-        request.input_items = compaction.expand(self.res.sealer, ctx.tenant, request.input_items)
-        encrypted_reasoning.open_items(self.res.sealer, ctx.tenant, request.input_items)
+        self._open_sealed(request, ctx.tenant)
         prepared = Prepared(request, ctx, new_id("resp"))
         ctx.span.set_attribute("turnpike.response.id", prepared.response_id)
         turn_metrics.response_started(ctx)
@@ -496,13 +494,18 @@ class ResponseEngine:
         items, tokens = await self._full_conversation(request, tenant)
         return compaction.compact(self.res.sealer, tenant, items), tokens
 
+    def _open_sealed(self, request: CreateRequest, tenant: str) -> None:
+        """What the server sealed for the client, opened before any stage sees the input:
+        compaction items become the items they hold, reasoning items get their text."""
+        request.input_items = compaction.expand(self.res.sealer, tenant, request.input_items)
+        encrypted_reasoning.open_items(self.res.sealer, tenant, request.input_items)
+
     async def _full_conversation(
         self, request: CreateRequest, tenant: str
     ) -> tuple[list[Item], int]:
         """Every item of the request's conversation (its parent's, then its input,
         compaction items expanded) and the prompt tokens they render to."""
-        request.input_items = compaction.expand(self.res.sealer, tenant, request.input_items)
-        encrypted_reasoning.open_items(self.res.sealer, tenant, request.input_items)
+        self._open_sealed(request, tenant)
         parent = None
         if request.previous_response_id:
             parent = await load_parent(self.res.store, tenant, request.previous_response_id)
