@@ -164,9 +164,9 @@ async def test_the_stream_interval_is_a_setting(start_worker, interval_ms, per_t
     if per_token:
         assert len(deltas) > tokens / 3  # a late wake-up may find two or three due
     else:
-        # At most 20 a delta, but a token that ends inside a character goes with the
-        # tokens that complete it.
-        assert len(deltas) <= 2 + tokens / 20 and max(d.tokens for d in deltas) <= 22
+        # Grouped: a delta waits for its 20 tokens (a late wake-up on a busy machine may
+        # find more due, so no upper bound here; the pacing tests check it on virtual time).
+        assert len(deltas) <= 2 + tokens / 20
 
 
 # Every name the worker serves, as the text format types it (a counter's family drops
