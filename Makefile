@@ -8,7 +8,7 @@ PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
 .PHONY: help venv protos ports run test lint format lock clean images up down logs ps bench-services bench bench-load \
-	bench-fairness bench-overload
+	bench-fairness bench-overload soak
 
 help:
 	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1)"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench-load  1 to 100 agent loops at once over raw WebSocket and HTTP/SSE (bench/results/load.*)"
 	@echo "make bench-fairness  one tenant's agent loops, alone and while another floods (bench/results/fairness.*)"
 	@echo "make bench-overload  300 and 600 long streams at once, shedding off and on (bench/results/overload.*)"
+	@echo "make soak    a steady light load for 10 minutes, the memory of every service (bench/results/soak.*)"
 
 # The virtual environment is rebuilt whenever the lock file changes.
 $(VENV)/.installed: requirements.lock pyproject.toml
@@ -96,6 +97,11 @@ bench-fairness: venv
 
 bench-overload: venv
 	$(PY) -m bench.admission.overload $(BENCH_ARGS)
+
+# Memory under a steady light load: a stack of its own with small store and cache bounds,
+# every service's RSS sampled (10 minutes; BENCH_ARGS='--duration 1800' for 30).
+soak: venv
+	$(PY) -m bench.soak $(BENCH_ARGS)
 
 lint: venv
 	$(PY) -m ruff check .
