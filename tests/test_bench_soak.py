@@ -111,3 +111,15 @@ def test_bounded_run_against_its_own_stack(tmp_path: Path) -> None:
     assert "| gateway |" in (out / "soak.md").read_text()
     # A short run judges little; the exit code still says whether it saw growth or errors.
     assert code == (0 if all(t["flat"] for t in data["trends"]) else 1)
+
+
+def test_warm_up_lasts_until_the_store_has_filled() -> None:
+    from bench.soak.__main__ import SMALL_BOUNDS, parse_args, warmup_s
+
+    ten_minutes = parse_args(["--duration", "600", "--rate", "10"])
+    assert warmup_s(ten_minutes, SMALL_BOUNDS) == 300.0  # 2,000 responses at 10/s, x1.5
+    assert warmup_s(ten_minutes, {}) == 120.0  # a running stack: its bounds are unknown
+    half_hour = parse_args(["--duration", "1800"])
+    assert warmup_s(half_hour, SMALL_BOUNDS) == 360.0
+    given = parse_args(["--duration", "600", "--warmup", "30"])
+    assert warmup_s(given, SMALL_BOUNDS) == 30.0

@@ -49,7 +49,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of load (600)")
     parser.add_argument(
-        "--warmup", type=float, help="seconds not judged for flatness (a fifth of the run)"
+        "--warmup",
+        type=float,
+        help="seconds not judged for flatness (a fifth of the run, or until the store filled)",
     )
     parser.add_argument("--rate", type=float, default=10.0, help="turns per second (10)")
     parser.add_argument("--loops", type=int, default=6, help="agent loops, half per transport")
@@ -66,9 +68,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--duration, --rate, --loops and --interval must be positive")
     if args.turns < 2:
         parser.error("--turns: a rollout needs at least 2 turns")
-    if args.warmup is None:
-        args.warmup = args.duration / 5
     return args
+
+
+def warmup_s(args: argparse.Namespace, bounds: dict[str, str]) -> float:
+    """What the run does not judge: a fifth of it, and at least until the response store
+    has filled one and a half times over at the paced rate (the largest of the caches)."""
+    if args.warmup is not None:
+        return args.warmup
+    store = int(bounds.get("TURNPIKE_STORE_MAX_RESPONSES", 0))
+    return max(args.duration / 5, min(1.5 * store / args.rate, args.duration / 2))
 
 
 async def sampler(target: Target, began: float, interval: float, rows: list[dict]) -> None:
@@ -135,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     except StackMissing as exc:
         print(exc, file=sys.stderr)
         return 2
+    args.warmup = warmup_s(args, bounds)
     log(f"{target.description}: {target.base_url}; processes: {', '.join(sorted(target.pids))}")
     log(
         f"{plan.loops} loops, {plan.rate_per_s:g} turns/s for {plan.duration_s:.0f} s, memory every "
