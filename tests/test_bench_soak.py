@@ -123,3 +123,11 @@ def test_warm_up_lasts_until_the_store_has_filled() -> None:
     assert warmup_s(half_hour, SMALL_BOUNDS) == 360.0
     given = parse_args(["--duration", "600", "--warmup", "30"])
     assert warmup_s(given, SMALL_BOUNDS) == 30.0
+
+
+def test_command_line_leaves_out_the_note_and_the_folder() -> None:
+    from bench.soak.__main__ import command_line
+
+    assert command_line([]) == "make soak"
+    argv = ["--duration", "1800", "--note", "busy", "--out", "x/y", "--out=z"]
+    assert command_line(argv) == "make soak BENCH_ARGS='--duration 1800'"

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import datetime
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -69,6 +70,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.turns < 2:
         parser.error("--turns: a rollout needs at least 2 turns")
     return args
+
+
+def command_line(argv: list[str]) -> str:
+    """How to run it again (without the note and the results folder: they describe this
+    run and this machine)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--note", "--out"):
+            skip = True
+        elif not arg.startswith(("--note=", "--out=")):
+            kept.append(arg)
+    return "make soak" + (f" BENCH_ARGS={shlex.quote(shlex.join(kept))}" if kept else "")
 
 
 def warmup_s(args: argparse.Namespace, bounds: dict[str, str]) -> float:
@@ -160,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {
         "title": "Soak: memory under a steady load",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": "make soak" + (f" BENCH_ARGS='{' '.join(argv)}'" if argv else ""),
+        "command": command_line(argv),
         "machine": machine_info(),
         "stack": target.description,
         "note": args.note,
