@@ -44,7 +44,11 @@ import io
 import json
 
 import pytest
-from support.openresponses import validate_compacted_response, validate_response_object
+from support.openresponses import (
+    validate_compacted_response,
+    validate_error_body,
+    validate_response_object,
+)
 from support.wire import REASONING_RENAMES, TRANSPORTS, create, post, socket
 
 pytestmark = pytest.mark.stack
@@ -283,6 +287,7 @@ def test_compact_response(stack):
 def test_compact_missing_model(stack):
     reply = post(stack, "/responses/compact", {"input": [message("user", "Compact this.")]})
     assert reply.status_code in (400, 422), reply.text
+    validate_error_body(reply.json())
     assert reply.json()["error"]["param"] == "model"
 
 
