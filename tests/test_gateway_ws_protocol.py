@@ -255,6 +255,17 @@ def test_a_response_ending_after_the_lifetime_starts_nothing_even_before_the_tim
     assert actions[0].event["stream_id"] == "a"
 
 
+def test_a_disconnect_drops_the_waiting_creates_and_starts_nothing_more():
+    s = session(max_active=1, max_lanes=5)
+    [running] = s.on_frame(create(stream_id="a"))
+    s.on_frame(create(stream_id="a"))
+    s.on_frame(create(stream_id="b"))
+    s.on_disconnect()
+    assert s.queued == 0
+    assert s.on_response_done(running.request, now=T0 + 1) == []
+    assert s.idle
+
+
 def test_the_protocol_core_imports_without_io_libraries():
     """The sans-I/O core needs none of the gateway's transports or backends."""
     blocked = ("grpc", "redis", "opentelemetry", "PIL", "fastapi", "starlette", "uvicorn")

@@ -165,4 +165,5 @@ async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeli
         pass
     finally:
         conn.open = False
+        session.on_disconnect()
         metrics.WEBSOCKET_CONNECTIONS.dec()

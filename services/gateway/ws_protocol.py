@@ -20,6 +20,8 @@ without one, as python-websockets tests its protocol core:
   waiting then are not started: each gets an error event on its lane
   (``websocket_connection_limit_reached``), since a client never sees a frame it sent
   to a closed socket replayed. The transport calls ``on_timer`` at ``deadline()``;
+- when the client goes away, creates still waiting are dropped (no one would read
+  them); running responses finish (``on_disconnect``);
 - a frame over ``max_frame_bytes`` (UTF-8 bytes, as on the wire) is refused;
 - request-level errors are ``error`` events echoing the lane; the socket stays open.
 """
@@ -89,6 +91,7 @@ class WsSession:
         self.lifetime_s = lifetime_s
         self.expires_at = now + lifetime_s
         self.closed = False
+        self.gone = False  # the client disconnected
         self._named_lanes: set[str] = set()
         # A busy lane -> the creates queued behind its head (the head runs, or waits
         # in _ready for a slot).
@@ -191,6 +194,16 @@ class WsSession:
         self._active += 1
         return [StartResponse(request)]
 
+    def on_disconnect(self) -> None:
+        """The client went away: nothing waiting starts any more."""
+        self.gone = True
+        for behind in self._lanes.values():
+            behind.clear()
+        for head in self._ready:
+            del self._lanes[head.stream_id]
+        self._ready.clear()
+        self._queued = 0
+
     def on_response_done(self, request: CreateRequest, now: float) -> list[Action]:
         """A response reached its terminal event (or failed before starting): the next
         create on its lane becomes ready, and ready creates fill the free slots."""
@@ -201,6 +214,8 @@ class WsSession:
             self._ready.append(behind.popleft())
         else:
             del self._lanes[lane]
+        if self.gone:
+            return []
         if now >= self.expires_at:
             return self._expire_queued() + self._close_if_done(now)
         actions: list[Action] = []
