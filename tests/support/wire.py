@@ -22,6 +22,7 @@ from support.openresponses import (
     validate_error_body,
     validate_response_object,
     validate_stream_event,
+    validate_ws_create_event,
     validate_ws_event,
 )
 from websockets.sync.client import ClientConnection
@@ -117,8 +118,14 @@ class Socket:
         self.conn = conn
         self.renames = renames
 
-    def send(self, body: dict[str, Any]) -> None:
-        self.conn.send(json.dumps({"type": "response.create", **body}))
+    def send(self, body: dict[str, Any], validate: bool = True) -> None:
+        """Send ``body`` as a ``response.create``, first checked against the spec (as
+        the compliance suite does, except for items the server made, like compaction
+        output, which a client sends back as they are)."""
+        frame = {"type": "response.create", **body}
+        if validate:
+            validate_ws_create_event(frame)
+        self.conn.send(json.dumps(frame))
 
     def read_turn(self, timeout: float = 60) -> Turn:
         """Events up to the next terminal one (an ``error`` event included)."""
@@ -134,8 +141,8 @@ class Socket:
                 validate_response_object(event["response"])
                 return Turn(events=events, response=event["response"])
 
-    def turn(self, body: dict[str, Any]) -> Turn:
-        self.send(body)
+    def turn(self, body: dict[str, Any], validate: bool = True) -> Turn:
+        self.send(body, validate)
         return self.read_turn()
 
 
