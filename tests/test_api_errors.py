@@ -236,19 +236,25 @@ def test_websocket_oversized_frame_is_an_error_event(stack):
         assert until_terminal(sock)[-1]["type"] == "response.completed"
 
 
-def test_websocket_second_create_on_a_busy_lane(stack):
+def test_websocket_creates_on_a_busy_lane_run_in_order(stack):
+    """Lanes are FIFO: a create on a busy lane waits for the terminal event, then runs;
+    an invalid one is answered at once and takes no place in the queue."""
     with ws(stack) as sock:
-        # Seconds of generation at 65 tokens/s: the lane is busy when the second arrives.
+        # Seconds of generation at 65 tokens/s: the lane is busy when the others arrive.
         send(sock, input="Tell me a story in 300 words", stream_id="lane1", model="turnpike-sim-65")
         send(sock, input="second", stream_id="lane1")
-        events = until_terminal(sock)
-        errors = [e for e in events if e["type"] == "error"]
-        assert errors[0]["status"] == 409 and errors[0]["error"]["code"] == "stream_busy"
-        assert errors[0]["stream_id"] == "lane1"
-        done = until_terminal(sock)
-        assert done[-1]["type"] == "response.completed" and all(
-            e.get("stream_id") == "lane1" for e in done
+        send(sock, input="bad", stream_id="lane1", temperature="hot")
+        first = until_terminal(sock)
+        assert first[-1]["type"] == "error" and first[-1]["error"]["param"] == "temperature"
+        assert first[-1]["stream_id"] == "lane1"
+        first += until_terminal(sock)
+        assert first[-1]["type"] == "response.completed"
+        second = until_terminal(sock)
+        assert (
+            second[0]["type"] == "response.created" and second[-1]["type"] == "response.completed"
         )
+        assert second[-1]["response"]["id"] != first[-1]["response"]["id"]
+        assert all(e.get("stream_id") == "lane1" for e in first + second)
 
 
 def test_websocket_tenant_isolation(stack):

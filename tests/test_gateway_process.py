@@ -53,6 +53,29 @@ def test_websocket_closes_with_1001_after_its_lifetime(gateway):
         assert time.monotonic() - started < 5
 
 
+def test_creates_still_queued_when_the_lifetime_ends_get_an_error_each(gateway):
+    """A create waiting behind a running response on its lane when the lifetime ends is
+    not started: it gets an error event on its lane; the running one finishes, then the
+    socket closes with 1001."""
+    _, base = gateway
+    url = base.replace("http://", "ws://") + "/v1/responses"
+    with ws_connect(url, additional_headers={"Authorization": "Bearer sk-turnpike-dev"}) as sock:
+        # About 400 tokens at 65 tokens/s, paced: still running when the 2 s are over.
+        long = {"model": "turnpike-sim-65", "input": "Tell me a story in 400 tokens"}
+        sock.send(json.dumps({"type": "response.create", "stream_id": "a", **long}))
+        sock.send(json.dumps({"type": "response.create", "stream_id": "a", "input": "next"}))
+        events = []
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                events.append(json.loads(sock.recv(timeout=30)))
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+    kinds = [e["type"] for e in events]
+    assert kinds.count("response.created") == 1 and kinds[-1] == "response.completed"
+    [error] = [e for e in events if e["type"] == "error"]
+    assert error["stream_id"] == "a"
+    assert error["error"]["code"] == "websocket_connection_limit_reached"
+
+
 def test_sigterm_lets_an_in_flight_response_finish(gateway):
     proc, base = gateway
     events = []

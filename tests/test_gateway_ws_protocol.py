@@ -25,6 +25,7 @@ def session(**kw):
         default_model="m",
         max_frame_bytes=10_000,
         max_active=2,
+        max_queued=4,
         max_lanes=2,
         cache_size=8,
         lifetime_s=LIFETIME,
@@ -59,13 +60,85 @@ def test_malformed_json_is_an_error_event_not_a_close():
     assert isinstance(s.on_frame(create())[0], StartResponse)
 
 
-def test_second_create_on_a_busy_lane_is_refused_with_its_lane():
+def lanes_of(actions):
+    return [a.request.stream_id for a in actions if isinstance(a, StartResponse)]
+
+
+def inputs_of(actions):
+    return [
+        a.request.input_items[0]["content"][0]["text"]
+        for a in actions
+        if isinstance(a, StartResponse)
+    ]
+
+
+def test_creates_on_a_busy_lane_wait_and_run_in_order():
     s = session()
-    [start] = s.on_frame(create(stream_id="a"))
+    [first] = s.on_frame(create(stream_id="a", input="one"))
+    assert s.on_frame(create(stream_id="a", input="two")) == []  # queued, not refused
+    assert s.on_frame(create(stream_id="a", input="three")) == []
+    assert s.queued == 2
+    [second] = s.on_response_done(first.request)
+    assert inputs_of([second]) == ["two"]
+    [third] = s.on_response_done(second.request)
+    assert inputs_of([third]) == ["three"] and s.queued == 0
+    assert s.on_response_done(third.request) == [] and s.idle
+
+
+def test_a_busy_lane_does_not_hold_up_another_lane():
+    s = session(max_lanes=5)
+    s.on_frame(create(stream_id="a"))
+    s.on_frame(create(stream_id="a"))
+    assert lanes_of(s.on_frame(create(stream_id="b"))) == ["b"]
+
+
+def test_the_default_lane_is_fifo_too():
+    s = session()
+    [first] = s.on_frame(create(input="one"))
+    assert s.on_frame(create(input="two")) == []
+    assert inputs_of(s.on_response_done(first.request)) == ["two"]
+
+
+def test_an_invalid_create_on_a_busy_lane_is_answered_at_once_not_queued():
+    s = session()
+    s.on_frame(create(stream_id="a"))
+    event = only_error(s.on_frame(create(stream_id="a", temperature="hot")))
+    assert event["stream_id"] == "a" and event["error"]["param"] == "temperature"
+    assert s.queued == 0
+
+
+def test_the_queue_is_bounded_per_connection_with_an_error_on_the_lane():
+    s = session(max_queued=2, max_lanes=5)
+    [first] = s.on_frame(create(stream_id="a"))
+    s.on_frame(create(stream_id="a"))
+    s.on_frame(create(stream_id="a"))
     event = only_error(s.on_frame(create(stream_id="a")))
-    assert event["error"]["code"] == "stream_busy" and event["stream_id"] == "a"
-    s.on_response_done(start.request)
-    assert isinstance(s.on_frame(create(stream_id="a"))[0], StartResponse)
+    assert event["status"] == 429 and event["stream_id"] == "a"
+    assert event["error"]["code"] == "websocket_queue_limit_reached"
+    assert event["error"]["param"] == "stream_id"
+    # A free lane needs no place in the queue.
+    assert lanes_of(s.on_frame(create(stream_id="b"))) == ["b"]
+    s.on_response_done(first.request)  # one waiting create starts: room for one more
+    assert s.on_frame(create(stream_id="a")) == [] and s.queued == 2
+
+
+def test_creates_waiting_for_a_slot_count_against_the_queue():
+    s = session(max_active=1, max_queued=1, max_lanes=5)
+    s.on_frame(create(stream_id="a"))
+    assert s.on_frame(create(stream_id="b")) == []
+    event = only_error(s.on_frame(create(stream_id="c")))
+    assert event["error"]["code"] == "websocket_queue_limit_reached"
+    assert event["stream_id"] == "c"
+
+
+def test_lane_followers_and_other_lanes_share_the_active_slots_in_order():
+    s = session(max_active=1, max_lanes=5)
+    [a1] = s.on_frame(create(stream_id="a", input="a1"))
+    s.on_frame(create(stream_id="a", input="a2"))  # behind a1 on its lane
+    s.on_frame(create(stream_id="b", input="b1"))  # waits for the slot since now
+    [next_] = s.on_response_done(a1.request)
+    assert inputs_of([next_]) == ["b1"]  # ready first
+    assert inputs_of(s.on_response_done(next_.request)) == ["a2"]
 
 
 def test_lanes_run_in_parallel_up_to_the_active_limit_then_queue():
@@ -155,6 +228,42 @@ def test_a_response_that_ends_in_time_leaves_the_deadline_standing():
     assert s.deadline(T0) == T0 + LIFETIME
     assert s.on_response_done(start.request) == []
     assert not s.closed and s.deadline(T0 + 1) == T0 + LIFETIME
+
+
+def test_creates_still_waiting_when_the_lifetime_ends_get_an_error_each():
+    s = session(max_active=1, max_lanes=5)
+    [running] = s.on_frame(create(stream_id="a"))
+    s.on_frame(create(stream_id="a"))
+    s.on_frame(create(stream_id="b"))
+    assert s.deadline(T0 + LIFETIME + 1) == T0 + LIFETIME  # due: waiting creates to answer
+    errors = s.on_timer(T0 + LIFETIME)
+    assert sorted(a.event["stream_id"] for a in errors) == ["a", "b"]
+    for action in errors:
+        assert action.event["error"]["code"] == "websocket_connection_limit_reached"
+    assert s.queued == 0 and s.deadline(T0 + LIFETIME) is None
+    # The running response finishes; nothing else starts, and the socket closes.
+    [close] = s.on_response_done(running.request, now=T0 + LIFETIME + 5)
+    assert isinstance(close, CloseConnection) and close.code == 1001
+
+
+def test_a_response_ending_after_the_lifetime_starts_nothing_even_before_the_timer():
+    s = session()
+    [running] = s.on_frame(create(stream_id="a"))
+    s.on_frame(create(stream_id="a"))
+    actions = s.on_response_done(running.request, now=T0 + LIFETIME)
+    assert [type(a) for a in actions] == [SendEvent, CloseConnection]
+    assert actions[0].event["stream_id"] == "a"
+
+
+def test_a_disconnect_drops_the_waiting_creates_and_starts_nothing_more():
+    s = session(max_active=1, max_lanes=5)
+    [running] = s.on_frame(create(stream_id="a"))
+    s.on_frame(create(stream_id="a"))
+    s.on_frame(create(stream_id="b"))
+    s.on_disconnect()
+    assert s.queued == 0
+    assert s.on_response_done(running.request, now=T0 + 1) == []
+    assert s.idle
 
 
 def test_the_protocol_core_imports_without_io_libraries():

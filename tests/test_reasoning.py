@@ -201,6 +201,8 @@ def test_an_unknown_include_is_refused(stack):
 
 @pytest.mark.parametrize("websocket", [False, True])
 async def test_openai_agents_runs_a_stateless_tool_loop_with_reasoning(stack, websocket):
+    """The Codex-style loop: store=False, every turn re-sends the whole history (no
+    previous_response_id), the reasoning item sent back sealed, over HTTP and WebSocket."""
     from agents import ModelSettings
     from openai.types.shared import Reasoning
 
@@ -209,12 +211,28 @@ async def test_openai_agents_runs_a_stateless_tool_loop_with_reasoning(stack, we
         reasoning=Reasoning(effort="low"),
         response_include=["reasoning.encrypted_content"],
     )
-    calls, result = await run_weather_agent(stack, websocket=websocket, model_settings=settings)
+    sent: list[dict] = []
+    calls, result = await run_weather_agent(
+        stack, websocket=websocket, model_settings=settings, sent=sent
+    )
     assert calls, "the agent called the tool"
     assert "sunny" in result.final_output
-    reasoning = [r for r in result.raw_responses for i in r.output if i.type == "reasoning"]
-    assert len(reasoning) == 2  # one a turn, the second sent back its first's, sealed
+    reasoning = [i for r in result.raw_responses for i in r.output if i.type == "reasoning"]
+    assert len(reasoning) == 2  # one a turn
     assert all(r.usage.output_tokens_details.reasoning_tokens > 0 for r in result.raw_responses)
+    # What went over the wire: two stateless turns, the second carrying the first's
+    # reasoning item, sealed, before its call and the call's output.
+    assert len(sent) == 2
+    for body in sent:
+        assert body["store"] is False and "previous_response_id" not in body
+        assert "reasoning.encrypted_content" in body["include"]
+    kinds = [item.get("type", "message") for item in sent[1]["input"]]
+    assert kinds == ["message", "reasoning", "function_call", "function_call_output"]
+    assert sent[1]["input"][1]["encrypted_content"] == reasoning[0].encrypted_content
+    # Never stored: not retrievable afterwards.
+    for response in result.raw_responses:
+        with pytest.raises(openai.NotFoundError):
+            client_of(stack, "dev").responses.retrieve(response.response_id)
 
 
 def test_encrypted_reasoning_over_websocket(stack):

@@ -232,3 +232,64 @@ async def test_openai_agents_runs_a_tool_loop_over_websocket(stack):
     calls, result = await run_weather_agent(stack, websocket=True)
     assert calls, "the agent called the tool"
     assert "sunny" in result.final_output
+
+
+TERMINAL = ("response.completed", "response.failed", "response.incomplete", "error")
+
+
+def read_terminals(conn, count: int) -> list:
+    """Every event until ``count`` terminal events have arrived, each validated."""
+    events = []
+    for event in conn:
+        validate_ws_event(event.model_dump(mode="json", exclude_unset=True))
+        events.append(event)
+        if event.type in TERMINAL:
+            count -= 1
+            if count == 0:
+                return events
+    raise AssertionError("socket closed before the terminal events")
+
+
+def test_websocket_lane_runs_creates_sent_without_waiting_in_order(client):
+    """Lanes are FIFO (responses-protocol.md §6.3): the second create waits for the
+    first's terminal event, then runs; neither is refused."""
+    with client.responses.connect() as conn:
+        for text in ("first question", "second question"):
+            conn.response.create(model="turnpike-sim", input=text, stream_id="main")
+        events = read_terminals(conn, 2)
+    assert all(event.stream_id == "main" for event in events)
+    created = [i for i, e in enumerate(events) if e.type == "response.created"]
+    done = [i for i, e in enumerate(events) if e.type == "response.completed"]
+    assert len(created) == len(done) == 2
+    assert created[0] < done[0] < created[1] < done[1]  # no overlap on the lane
+    first, second = events[done[0]].response, events[done[1]].response
+    assert first.id != second.id and first.status == second.status == "completed"
+    # In the order sent: the first response answers the first question.
+    for response, text in ((first, "first question"), (second, "second question")):
+        [item] = client.responses.input_items.list(response.id).data
+        assert item.content[0].text == text
+
+
+def test_websocket_queued_create_continues_the_response_queued_before_it(client):
+    """A create queued behind a running response may name it as previous_response_id:
+    the parent is cached (here store: false) before its terminal event leaves."""
+    with client.responses.connect() as conn:
+        # Seconds of generation at 65 tokens/s: the lane is busy when the follow-up arrives.
+        conn.response.create(
+            model="turnpike-sim-65", input="Tell me a story in 300 words", store=False
+        )
+        first_created = next(iter(conn))
+        assert first_created.type == "response.created"
+        parent = first_created.response.id
+        conn.response.create(
+            model="turnpike-sim",
+            input="And a shorter one?",
+            previous_response_id=parent,
+            store=False,
+        )
+        events = read_terminals(conn, 2)
+    first, second = [e for e in events if e.type in TERMINAL]
+    assert first.type == "response.completed" and first.response.id == parent
+    assert second.type == "response.completed", second
+    assert second.response.previous_response_id == parent
+    assert second.response.usage.input_tokens > first.response.usage.input_tokens

@@ -268,6 +268,10 @@ async def compact_response(request: Request) -> Response:
     gw = gateway_of(request)
     tenant = gw.keys.tenant_for(request.headers)
     body = parse_json(await read_body(request, gw.settings.max_body_bytes))
+    # Unlike a create (which falls back to the default model), compact requires its
+    # model, as the spec's CompactResponseMethodPublicBody and the SDK's compact() do.
+    if isinstance(body, dict) and body.get("model") is None:
+        raise invalid("Missing required parameter: 'model'.", "model", "missing_required_parameter")
     create = parse_create(body, default_model=gw.settings.default_model)
     output, input_tokens = await gw.engine.compact(create, tenant)
     return JSONResponse(

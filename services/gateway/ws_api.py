@@ -138,6 +138,7 @@ async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeli
         default_model=settings.default_model,
         max_frame_bytes=settings.max_frame_bytes,
         max_active=settings.ws_max_active_responses,
+        max_queued=settings.ws_max_queued_responses,
         max_lanes=settings.ws_max_lanes,
         cache_size=settings.ws_cache_size,
         lifetime_s=settings.ws_max_lifetime_s,
@@ -164,4 +165,5 @@ async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeli
         pass
     finally:
         conn.open = False
+        session.on_disconnect()
         metrics.WEBSOCKET_CONNECTIONS.dec()

@@ -6,13 +6,22 @@ response, send an event, close the connection). It never touches a socket or a c
 without one, as python-websockets tests its protocol core:
 
 - one ``response.create`` per frame; requests on one lane (``stream_id``) run
-  one at a time, and a create on a busy lane is refused (clients wait for the
-  terminal event before sending the next);
-- at most ``max_active`` responses run at once; further creates wait their turn;
+  FIFO with no overlap: a create on a busy lane waits, and starts once the lane's
+  current response has sent its terminal event (so it may continue that response
+  with ``previous_response_id``);
+- at most ``max_active`` responses run at once; further creates wait their turn, in
+  the order their lanes became free;
+- at most ``max_queued`` creates wait per connection (for their lane or for a slot);
+  one more is refused with an error event on its lane (429, ``param: "stream_id"``);
+- a create that fails validation is answered at once, never queued;
 - at most ``max_lanes`` distinct named lanes (the default lane does not count);
 - after the connection's lifetime, new creates are refused, and the connection closes
-  (1001, going away: the SDK reconnects) once no response is running; the transport
-  calls ``on_timer`` at ``deadline()``;
+  (1001, going away: the SDK reconnects) once no response is running; creates still
+  waiting then are not started: each gets an error event on its lane
+  (``websocket_connection_limit_reached``), since a client never sees a frame it sent
+  to a closed socket replayed. The transport calls ``on_timer`` at ``deadline()``;
+- when the client goes away, creates still waiting are dropped (no one would read
+  them); running responses finish (``on_disconnect``);
 - a frame over ``max_frame_bytes`` (UTF-8 bytes, as on the wire) is refused;
 - request-level errors are ``error`` events echoing the lane; the socket stays open.
 """
@@ -24,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.connection_cache import ConnectionCache
-from gateway.errors import ApiError, conflict, invalid, too_large
+from gateway.errors import ApiError, invalid, too_large
 from gateway.json_codec import parse_json
 from gateway.request import STREAM_ID_RE, CreateRequest, parse_create
 
@@ -67,6 +76,7 @@ class WsSession:
         default_model: str,
         max_frame_bytes: int,
         max_active: int,
+        max_queued: int,
         max_lanes: int,
         cache_size: int,
         lifetime_s: float,
@@ -75,29 +85,43 @@ class WsSession:
         self.default_model = default_model
         self.max_frame_bytes = max_frame_bytes
         self.max_active = max_active
+        self.max_queued = max_queued
         self.max_lanes = max_lanes
         self.cache = ConnectionCache(cache_size)
         self.lifetime_s = lifetime_s
         self.expires_at = now + lifetime_s
         self.closed = False
+        self.gone = False  # the client disconnected
         self._named_lanes: set[str] = set()
-        self._busy: set[str | None] = set()
+        # A busy lane -> the creates queued behind its head (the head runs, or waits
+        # in _ready for a slot).
+        self._lanes: dict[str | None, deque[CreateRequest]] = {}
+        # Heads of their lanes waiting for one of the max_active slots, in order.
+        self._ready: deque[CreateRequest] = deque()
         self._active = 0
-        self._waiting: deque[CreateRequest] = deque()
+        self._queued = 0
 
     @property
     def idle(self) -> bool:
-        return not self._busy
+        return not self._lanes
+
+    @property
+    def queued(self) -> int:
+        """Creates accepted but not started."""
+        return self._queued
 
     def deadline(self, now: float) -> float | None:
         """When the transport must call ``on_timer``; None when no timer is due (once the
-        lifetime is over, the last response to finish closes the connection)."""
-        if self.closed or (now >= self.expires_at and self._busy):
+        lifetime is over and nothing waits, the last response to finish closes the
+        connection)."""
+        if self.closed or (now >= self.expires_at and self._lanes and not self._queued):
             return None
         return self.expires_at
 
     def on_timer(self, now: float) -> list[Action]:
-        return self._close_if_done(now)
+        if now < self.expires_at:
+            return []
+        return self._expire_queued() + self._close_if_done(now)
 
     def on_frame(self, data: str | bytes, now: float) -> list[Action]:
         if _over(data, self.max_frame_bytes):
@@ -140,13 +164,16 @@ class WsSession:
                 None,
                 "websocket_connection_limit_reached",
             )
-        if lane in self._busy:
-            raise conflict(
-                f"A response is already in progress on stream '{lane or 'default'}'; wait for its "
-                "terminal event before sending another response.create on it.",
-                "stream_id",
-                "stream_busy",
-            )
+        busy = lane in self._lanes
+        if busy or self._active >= self.max_active:
+            if self._queued >= self.max_queued:
+                raise ApiError(
+                    429,
+                    f"This connection already has {self.max_queued} response.create "
+                    "requests waiting, the limit; wait for a terminal event first.",
+                    code="websocket_queue_limit_reached",
+                    param="stream_id",
+                )
         if lane is not None and lane not in self._named_lanes:
             if len(self._named_lanes) >= self.max_lanes:
                 raise invalid(
@@ -155,24 +182,72 @@ class WsSession:
                     "websocket_stream_limit_reached",
                 )
             self._named_lanes.add(lane)
-        self._busy.add(lane)
+        if busy:
+            self._lanes[lane].append(request)
+            self._queued += 1
+            return []
+        self._lanes[lane] = deque()
         if self._active >= self.max_active:
-            self._waiting.append(request)
+            self._ready.append(request)
+            self._queued += 1
             return []
         self._active += 1
         return [StartResponse(request)]
 
+    def on_disconnect(self) -> None:
+        """The client went away: nothing waiting starts any more."""
+        self.gone = True
+        for behind in self._lanes.values():
+            behind.clear()
+        for head in self._ready:
+            del self._lanes[head.stream_id]
+        self._ready.clear()
+        self._queued = 0
+
     def on_response_done(self, request: CreateRequest, now: float) -> list[Action]:
-        """A response reached its terminal event (or failed before starting)."""
-        self._busy.discard(request.stream_id)
+        """A response reached its terminal event (or failed before starting): the next
+        create on its lane becomes ready, and ready creates fill the free slots."""
         self._active -= 1
-        if self._waiting and self._active < self.max_active:
+        lane = request.stream_id
+        behind = self._lanes[lane]
+        if behind:
+            self._ready.append(behind.popleft())
+        else:
+            del self._lanes[lane]
+        if self.gone:
+            return []
+        if now >= self.expires_at:
+            return self._expire_queued() + self._close_if_done(now)
+        actions: list[Action] = []
+        while self._ready and self._active < self.max_active:
             self._active += 1
-            return [StartResponse(self._waiting.popleft())]
-        return self._close_if_done(now)
+            self._queued -= 1
+            actions.append(StartResponse(self._ready.popleft()))
+        return actions
+
+    def _expire_queued(self) -> list[Action]:
+        """The lifetime is over: creates still waiting will not start; each is answered
+        on its lane so the client can send it again on a new connection."""
+        if not self._queued:
+            return []
+        waiting = list(self._ready)
+        for head in self._ready:
+            waiting.extend(self._lanes.pop(head.stream_id))
+        for behind in self._lanes.values():
+            waiting.extend(behind)
+            behind.clear()
+        self._ready.clear()
+        self._queued = 0
+        error = invalid(
+            "This connection reached its maximum lifetime before this response could "
+            "start; send it again on a new connection.",
+            None,
+            "websocket_connection_limit_reached",
+        )
+        return [SendEvent(error.ws_event(request.stream_id)) for request in waiting]
 
     def _close_if_done(self, now: float) -> list[Action]:
-        if self.closed or self._busy or now < self.expires_at:
+        if self.closed or self._lanes or now < self.expires_at:
             return []
         self.closed = True
         return [

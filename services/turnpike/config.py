@@ -291,6 +291,12 @@ class GatewaySettings:
     ws_max_active_responses: int = field(
         default_factory=lambda: env_int("TURNPIKE_WS_MAX_ACTIVE_RESPONSES", 16)
     )
+    # response.create requests a connection may have waiting (behind a busy lane, or for
+    # one of the active slots); one more is refused with an error event. Each holds a
+    # parsed request (up to max_frame_bytes), so the bound is one on memory too.
+    ws_max_queued_responses: int = field(
+        default_factory=lambda: env_int("TURNPIKE_WS_MAX_QUEUED_RESPONSES", 32)
+    )
     ws_max_lanes: int = field(default_factory=lambda: env_int("TURNPIKE_WS_MAX_LANES", 32))
     ws_max_lifetime_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_WS_MAX_LIFETIME_S", 3600.0)

@@ -2,14 +2,46 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
-async def run_weather_agent(stack, *, websocket: bool, model_settings: Any = None):
+@contextmanager
+def _recording_frames(sent: list[dict[str, Any]]) -> Iterator[None]:
+    """Record each ``response.create`` frame the agents' WebSocket model sends (it opens
+    its own socket, so no client hook sees them)."""
+    from agents.models.openai_responses import OpenAIResponsesWSModel
+
+    original = OpenAIResponsesWSModel._prepare_websocket_request
+
+    async def recording(self, create_kwargs):
+        frame, url, headers = await original(self, create_kwargs)
+        sent.append(frame)
+        return frame, url, headers
+
+    OpenAIResponsesWSModel._prepare_websocket_request = recording
+    try:
+        yield
+    finally:
+        OpenAIResponsesWSModel._prepare_websocket_request = original
+
+
+async def run_weather_agent(
+    stack,
+    *,
+    websocket: bool,
+    model_settings: Any = None,
+    sent: list[dict[str, Any]] | None = None,
+):
     """Ask a forecaster agent for Lisbon's weather; (the cities its tool was called
-    for, the run's result)."""
+    for, the run's result). ``sent``, when given, gets each create request's body (HTTP)
+    or frame (WebSocket) as the agent sent it."""
+    import httpx
     from agents import Agent, ModelSettings, RunConfig, Runner, function_tool
     from agents.models.openai_provider import OpenAIProvider
+    from openai import AsyncOpenAI
 
     calls: list[str] = []
 
@@ -19,11 +51,17 @@ async def run_weather_agent(stack, *, websocket: bool, model_settings: Any = Non
         calls.append(city)
         return f"It is sunny in {city}."
 
-    provider = OpenAIProvider(
+    async def record(request: httpx.Request) -> None:
+        if sent is not None and request.url.path.endswith("/responses"):
+            sent.append(json.loads(request.content))
+
+    client = AsyncOpenAI(
         api_key=stack.api_key,
         base_url=stack.base_url,
-        use_responses=True,
-        use_responses_websocket=websocket,
+        http_client=httpx.AsyncClient(event_hooks={"request": [record]}),
+    )
+    provider = OpenAIProvider(
+        openai_client=client, use_responses=True, use_responses_websocket=websocket
     )
     agent = Agent(
         name="forecaster",
@@ -32,12 +70,20 @@ async def run_weather_agent(stack, *, websocket: bool, model_settings: Any = Non
         model="turnpike-sim",
         model_settings=model_settings or ModelSettings(),
     )
+    recording = _recording_frames(sent) if websocket and sent is not None else _nothing()
     try:
-        result = await Runner.run(
-            agent,
-            "What's the weather in Lisbon?",
-            run_config=RunConfig(model_provider=provider, tracing_disabled=True),
-        )
+        with recording:
+            result = await Runner.run(
+                agent,
+                "What's the weather in Lisbon?",
+                run_config=RunConfig(model_provider=provider, tracing_disabled=True),
+            )
     finally:
         await provider.aclose()
+        await client.close()
     return calls, result
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield

@@ -240,6 +240,12 @@ def validate_ws_event(event: Any) -> None:
         validate_stream_event(event)
 
 
+def validate_ws_create_event(frame: Any) -> None:
+    """A client's ``response.create`` frame (``WebSocketResponseCreateEvent``): what a
+    test sends is itself what the spec allows (no ``stream``, ``background``...)."""
+    _check(_validator("WebSocketResponseCreateEvent"), frame, "response.create frame")
+
+
 def validate_output_item(item: Any) -> None:
     name = _by_type(item, item_schemas(), "item")
     _check(_validator(name), item, f"{item['type']} item ({name})")
