@@ -212,9 +212,13 @@ def chat_params(request: pb.GenerateRequest) -> dict[str, Any]:
     if request.tools:
         params["tools"] = chat_tools(request.tools)
         choice = chat_tool_choice(request.tool_choice, [t.name for t in request.tools])
+        limit = request.max_tool_calls if request.HasField("max_tool_calls") else None
+        # Chat completions has no max_tool_calls: 0 allows no call, 1 one call at a time.
+        if limit == 0:
+            choice = "none"
         if choice is not None:
             params["tool_choice"] = choice
-        params["parallel_tool_calls"] = request.parallel_tool_calls
+        params["parallel_tool_calls"] = request.parallel_tool_calls and limit != 1
     response_format = chat_response_format(request.text_format)
     if response_format is not None:
         params["response_format"] = response_format

@@ -116,6 +116,8 @@ class SimulatorBackend:
                 self.count_tokens,
                 request.instructions,
                 request.text_format,
+                request.max_tool_calls if request.HasField("max_tool_calls") else None,
+                request.verbosity,
             )
             reasoning = plan_reasoning(
                 request.items,
