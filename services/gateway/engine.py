@@ -225,6 +225,7 @@ class ResponseEngine:
             parallel_tool_calls=request.parallel_tool_calls,
             max_tool_calls=request.max_tool_calls,
             verbosity=request.verbosity,
+            cache_scope=prepared.ctx.tenant,
             sampling=inference_pb2.SamplingParams(
                 temperature=request.temperature,
                 top_p=request.top_p,
