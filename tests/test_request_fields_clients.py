@@ -337,3 +337,28 @@ def test_an_over_long_input_is_refused_unless_truncation_is_auto(stack) -> None:
         assert 40_000 < response.usage.input_tokens < 60_000
         # The stored input keeps every item; only the model's prompt lost the oldest.
         assert len(client.responses.input_items.list(response.id, limit=10).data) == 4
+
+
+def test_truncation_over_websocket_and_its_follow_up(client) -> None:
+    """The connection's next turn renders the whole chain anew (the truncated render
+    covers only what was kept) and truncates it again."""
+    first = over_websocket(client, input=long_input(), truncation="auto")
+    assert first["status"] == "completed"
+    assert len(first["turnpike"]["truncation"]["dropped_items"]) == 1
+    with client.responses.connect() as conn:
+        previous: dict | None = None
+        for body in (
+            {"input": long_input(), "truncation": "auto"},
+            {"input": "And now?", "truncation": "auto"},
+        ):
+            if previous is not None:
+                body["previous_response_id"] = previous["id"]
+            conn.response.create(model=MODEL, **body)
+            for event in conn:
+                if event.type in TERMINAL:
+                    break
+            assert event.type == "response.completed", event
+            previous = event.response.model_dump(mode="json", exclude_unset=True)
+            validate_response_object(previous)
+            assert previous["turnpike"]["truncation"]["dropped_items"]
+            assert previous["usage"]["input_tokens"] < 131_072
