@@ -239,3 +239,11 @@ def test_chat_backends_get_the_call_limit_as_they_can_take_it() -> None:
     assert chat(max_tool_calls=0)["tool_choice"] == "none"
     assert chat(max_tool_calls=1)["parallel_tool_calls"] is False
     assert chat(max_tool_calls=2)["parallel_tool_calls"] is True
+
+
+def test_a_prompt_cache_key_routes_within_its_tenant_only() -> None:
+    from gateway.stages.keys import conversation_key
+
+    request = parse(prompt_cache_key="shared")
+    alice, bob = conversation_key("alice", request, []), conversation_key("bob", request, [])
+    assert alice != bob and alice == conversation_key("alice", parse(prompt_cache_key="shared"), [])
