@@ -247,3 +247,24 @@ def test_a_prompt_cache_key_routes_within_its_tenant_only() -> None:
     request = parse(prompt_cache_key="shared")
     alice, bob = conversation_key("alice", request, []), conversation_key("bob", request, [])
     assert alice != bob and alice == conversation_key("alice", parse(prompt_cache_key="shared"), [])
+
+
+def test_chat_backends_drop_calls_past_max_tool_calls() -> None:
+    """Chat completions has no call limit: the calls a hosted model makes past it are
+    not passed on."""
+    from worker.chat_mapping import ChunkMapper
+
+    def fragment(index: int, name: str) -> dict:
+        call = {"index": index, "id": f"c{index}", "function": {"name": name, "arguments": "{}"}}
+        return {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
+
+    mapper = ChunkMapper(max_tool_calls=2)
+    events = []
+    for index, name in enumerate(["a", "b", "c"]):
+        events += mapper.feed(fragment(index, name))
+    events += mapper.feed({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    closing, reason, _ = mapper.finish()
+    events += closing
+    started = [e.item_started.name for e in events if e.HasField("item_started")]
+    assert started == ["a", "b"] and reason == "tool_calls"
+    assert sum(e.HasField("item_done") for e in events) == 2

@@ -161,7 +161,8 @@ class ChatBackend(ABC):
             raise InvalidRequestError(str(exc)) from exc
         params |= {"stream": True, "stream_options": {"include_usage": True}}
         mapper = ChunkMapper(
-            fallback_input_tokens=token_bytes.count(request.prompt) + max(0, request.image_tokens)
+            fallback_input_tokens=token_bytes.count(request.prompt) + max(0, request.image_tokens),
+            max_tool_calls=request.max_tool_calls if request.HasField("max_tool_calls") else None,
         )
         reported: ReportedTimings | None = None
         first_delta = last_delta = None

@@ -245,8 +245,11 @@ class ChunkMapper:
     """Chunks in, contract events out. ``feed`` each chunk, then ``finish`` (a complete
     stream) or ``abort`` (a broken one: closes the open item)."""
 
-    def __init__(self, fallback_input_tokens: int = 0) -> None:
+    def __init__(self, fallback_input_tokens: int = 0, max_tool_calls: int | None = None) -> None:
         self.fallback_input_tokens = fallback_input_tokens
+        # Chat completions has no call limit: calls past it are dropped here.
+        self.max_tool_calls = max_tool_calls
+        self._dropped_calls: set[int] = set()
         self.emitted = False  # any event out yet (after that, no silent retry)
         self.delta_tokens = 0
         self.reasoning_delta_tokens = 0
@@ -304,7 +307,12 @@ class ChunkMapper:
             fresh = call.get("id") or self._open != "call"
             index = -1 - self._calls if fresh else self._call_index
         function = call.get("function") or {}
+        if index in self._dropped_calls:
+            return events
         if self._open != "call" or index != self._call_index:
+            if self.max_tool_calls is not None and self._calls >= self.max_tool_calls:
+                self._dropped_calls.add(index)
+                return events
             if index in self._closed_calls:
                 raise StreamProtocolError(f"tool call {index} continued after another item began")
             name = function.get("name")
