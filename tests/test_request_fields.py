@@ -268,3 +268,22 @@ def test_chat_backends_drop_calls_past_max_tool_calls() -> None:
     started = [e.item_started.name for e in events if e.HasField("item_started")]
     assert started == ["a", "b"] and reason == "tool_calls"
     assert sum(e.HasField("item_done") for e in events) == 2
+
+
+async def test_safety_identifier_is_set_on_the_response_span(engine) -> None:
+    from gateway.pipelines import SPRINT
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from support.gateway_standins import context, create, prepare
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    ctx = context(SPRINT)
+    ctx.span = provider.get_tracer("test").start_span("response")
+    prepared = await prepare(engine, create(safety_identifier="user-hash-1"), SPRINT, ctx)
+    ctx.span.end()
+    [span] = exporter.get_finished_spans()
+    assert span.attributes["turnpike.safety_identifier"] == "user-hash-1"
+    assert prepared.response["safety_identifier"] == "user-hash-1"
