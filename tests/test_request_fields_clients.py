@@ -362,3 +362,34 @@ def test_truncation_over_websocket_and_its_follow_up(client) -> None:
             validate_response_object(previous)
             assert previous["turnpike"]["truncation"]["dropped_items"]
             assert previous["usage"]["input_tokens"] < 131_072
+
+
+@pytest.mark.parametrize("pipeline", ["legacy", "sprint", "connection"])
+def test_the_fields_reach_the_worker_on_every_pipeline(client, pipeline) -> None:
+    """Each pipeline (the legacy one through the image-resolution hop) hands the worker
+    the allowed tools, the call limit and the verbosity."""
+    choice = {
+        "type": "allowed_tools",
+        "mode": "required",
+        "tools": [{"type": "function", "name": "read_file"}],
+    }
+    response = client.responses.create(
+        model=MODEL,
+        input=QUESTION,
+        tools=TOOLS,
+        tool_choice=choice,
+        max_tool_calls=1,
+        extra_headers={"X-Turnpike-Pipeline": pipeline},
+    ).model_dump(mode="json", exclude_unset=True)
+    assert response["turnpike"]["pipeline"] == pipeline
+    assert calls(response) == ["read_file"]
+    lengths = [
+        client.responses.create(
+            model=MODEL,
+            input="Tell me about tides",
+            text={"verbosity": verbosity},
+            extra_headers={"X-Turnpike-Pipeline": pipeline},
+        ).usage.output_tokens
+        for verbosity in ("low", "high")
+    ]
+    assert lengths[0] < lengths[1]
