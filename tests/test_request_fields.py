@@ -287,3 +287,19 @@ async def test_safety_identifier_is_set_on_the_response_span(engine) -> None:
     [span] = exporter.get_finished_spans()
     assert span.attributes["turnpike.safety_identifier"] == "user-hash-1"
     assert prepared.response["safety_identifier"] == "user-hash-1"
+
+
+def test_top_logprobs_above_zero_is_refused() -> None:
+    assert parse(top_logprobs=0).top_logprobs == 0
+    assert (refused(top_logprobs=5).param, refused(top_logprobs=5).code) == (
+        "top_logprobs",
+        "unsupported_parameter",
+    )
+    assert refused(top_logprobs=21).code == "invalid_value"
+
+
+def test_chat_backends_get_the_penalties() -> None:
+    sampling = pb.SamplingParams(presence_penalty=0.5, frequency_penalty=-1.0)
+    params = chat_params(pb.GenerateRequest(model="m", items=ASK, sampling=sampling))
+    assert (params["presence_penalty"], params["frequency_penalty"]) == (0.5, -1.0)
+    assert "presence_penalty" not in chat()

@@ -231,6 +231,8 @@ class ResponseEngine:
                 top_p=request.top_p,
                 max_output_tokens=request.max_output_tokens or 0,
                 seed=request.seed or 0,
+                presence_penalty=request.presence_penalty,
+                frequency_penalty=request.frequency_penalty,
             ),
             tokens_per_second=model.tokens_per_second,
             ttft_ms=model.ttft_ms,

@@ -116,3 +116,25 @@ def prompt_cache_options(raw: Any) -> None:
     """Accepted: cache breakpoints and lifetimes are hints, never change the answer."""
     if raw is not None and not isinstance(raw, dict):
         raise invalid_type("prompt_cache_options", "an object")
+
+
+def top_logprobs(raw: Any) -> int:
+    """0 to 20, as the API; above 0 is refused: no backend here returns log probabilities,
+    and a client asking for them must not get an answer without them."""
+    if raw is None:
+        return 0
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise invalid_type("top_logprobs", "an integer")
+    if not 0 <= raw <= 20:
+        raise invalid(
+            f"Invalid 'top_logprobs': {raw} is out of range; expected an integer from 0 to 20.",
+            "top_logprobs",
+            "invalid_value",
+        )
+    if raw:
+        raise invalid(
+            "Log probabilities are not supported by this server; leave 'top_logprobs' out or 0.",
+            "top_logprobs",
+            "unsupported_parameter",
+        )
+    return 0

@@ -230,6 +230,9 @@ def chat_params(request: pb.GenerateRequest) -> dict[str, Any]:
         params["top_p"] = sampling.top_p
     if sampling.seed:
         params["seed"] = sampling.seed
+    for penalty in ("presence_penalty", "frequency_penalty"):
+        if value := getattr(sampling, penalty):
+            params[penalty] = value
     if sampling.max_output_tokens:
         params["max_completion_tokens"] = sampling.max_output_tokens
     effort = CHAT_EFFORTS.get(request.reasoning_effort)
