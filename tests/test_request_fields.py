@@ -303,3 +303,15 @@ def test_chat_backends_get_the_penalties() -> None:
     params = chat_params(pb.GenerateRequest(model="m", items=ASK, sampling=sampling))
     assert (params["presence_penalty"], params["frequency_penalty"]) == (0.5, -1.0)
     assert "presence_penalty" not in chat()
+
+
+def test_the_call_limit_of_a_chat_backend() -> None:
+    from worker.chat_mapping import call_limit
+
+    def limit(**kw) -> int | None:
+        return call_limit(pb.GenerateRequest(model="m", tools=[WEATHER], **kw))
+
+    assert limit(parallel_tool_calls=True) is None
+    assert limit(parallel_tool_calls=False) == 1
+    assert limit(parallel_tool_calls=True, max_tool_calls=3) == 3
+    assert limit(parallel_tool_calls=False, max_tool_calls=3) == 1

@@ -199,6 +199,15 @@ def chat_response_format(text_format: pb.TextFormat) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": json_schema}
 
 
+def call_limit(request: pb.GenerateRequest) -> int | None:
+    """The most function calls the response may hold (None: no limit): ``max_tool_calls``,
+    and one when ``parallel_tool_calls`` is off (a hosted model may not heed either)."""
+    limit = request.max_tool_calls if request.HasField("max_tool_calls") else None
+    if request.tools and not request.parallel_tool_calls:
+        limit = 1 if limit is None else min(limit, 1)
+    return limit
+
+
 def chat_params(request: pb.GenerateRequest) -> dict[str, Any]:
     """Keyword arguments of ``chat.completions.create`` (without ``stream``)."""
     if not request.model:
