@@ -1,8 +1,9 @@
 """Validation of a create request (``POST /v1/responses`` body or WebSocket
 ``response.create``) into a typed ``CreateRequest``. Pure: no I/O.
 
-Unknown top-level keys are ignored (clients inject them through ``extra_body``);
-known keys of the wrong type get a 400 naming the parameter.
+Unknown top-level keys are ignored (clients inject them through ``extra_body``), except
+the API's fields this server does not implement (``request_fields.UNSUPPORTED``); known
+keys of the wrong type get a 400 naming the parameter.
 """
 
 from __future__ import annotations
