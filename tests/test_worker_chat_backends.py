@@ -168,11 +168,17 @@ async def test_streamed_tool_call_becomes_a_function_call_item(fake, make_backen
 
 async def test_parallel_calls_in_one_chunk_and_text_before_a_call(fake, make_backend) -> None:
     backend = make_backend()
-    events = await run(backend, request("fake-parallel-tool-calls", tools=[LOOKUP]))
+    parallel = request("fake-parallel-tool-calls", tools=[LOOKUP], parallel_tool_calls=True)
+    events = await run(backend, parallel)
     started = [e.item_started for e in events if e.HasField("item_started")]
     assert [(s.call_id, s.name) for s in started] == [(c[0], c[1]) for c in fakeapi.PARALLEL_CALLS]
     assert kinds(events).count("item_done") == 2
     assert text_of(events) == "".join(c[2] for c in fakeapi.PARALLEL_CALLS)
+    # With parallel calls off, a model that makes two anyway has the second dropped.
+    events = await run(backend, request("fake-parallel-tool-calls", tools=[LOOKUP]))
+    started = [e.item_started for e in events if e.HasField("item_started")]
+    assert [s.call_id for s in started] == [fakeapi.PARALLEL_CALLS[0][0]]
+    assert kinds(events).count("item_done") == 1
 
     events = await run(backend, request("fake-text-then-tool-call", tools=[WEATHER_PROTO_TOOL]))
     assert kinds(events)[:5] == ["item_started", "delta", "delta", "delta", "item_done"]

@@ -208,6 +208,22 @@ async def test_cache_is_per_model() -> None:
     assert other.usage.cached_tokens == 0
 
 
+async def test_cache_is_per_tenant() -> None:
+    """The gateway scopes the cache by tenant: another tenant's identical prompt is
+    not cached (its cached_tokens would tell what the first tenant sent)."""
+    backend = make_backend()
+
+    def scoped(scope: str) -> pb.GenerateRequest:
+        req = request(prompt=range(640))
+        req.cache_scope = scope
+        return req
+
+    await run(backend, scoped("alice"))
+    bob = (await run(backend, scoped("bob")))[-1].finished
+    again = (await run(backend, scoped("alice")))[-1].finished
+    assert (bob.usage.cached_tokens, again.usage.cached_tokens) == (0, 640)
+
+
 async def test_error_rate_knob() -> None:
     always = make_backend(error_rate=1.0)
     events = await run(always, request())

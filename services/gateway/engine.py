@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 MAX_WORKER_ATTEMPTS = 3
 # Vendor extension on the response object: where the time went (see _annotate).
 TIMINGS_KEY = "turnpike"
+# Under it: what truncation "auto" dropped (the API has no field for it).
+TRUNCATION_KEY = "truncation"
 
 
 @dataclass
@@ -93,6 +95,8 @@ class ResponseEngine:
         self._open_sealed(request, ctx.tenant)
         prepared = Prepared(request, ctx, new_id("resp"))
         ctx.span.set_attribute("turnpike.response.id", prepared.response_id)
+        if request.safety_identifier:  # who the end user is, for abuse investigations
+            ctx.span.set_attribute("turnpike.safety_identifier", request.safety_identifier)
         turn_metrics.response_started(ctx)
         try:
             await pipeline.prepare(prepared, self.res)
@@ -113,6 +117,14 @@ class ResponseEngine:
         prepared.response = new_response(
             prepared.response_id, request, prepared.model.id, prepared.safety_flags or ()
         )
+        prompt = prepared.prompt
+        if prompt is not None and prompt.truncated:  # say what truncation dropped
+            prepared.response[TIMINGS_KEY] = {
+                TRUNCATION_KEY: {
+                    "dropped_items": list(prompt.dropped_ids),
+                    "input_tokens_before": prompt.untruncated_tokens,
+                }
+            }
         prepared.policy = pipeline.policy
         return prepared
 
@@ -207,15 +219,20 @@ class ResponseEngine:
             model=model.id,
             prompt=token_bytes.pack(prompt.tokens),
             instructions=request.instructions or "",
-            items=prepared.conversation.items,
-            tools=request.proto_tools,
+            items=prompt.kept_items if prompt.truncated else prepared.conversation.items,
+            tools=request.callable_proto_tools,
             tool_choice=request.tool_choice_name(),
             parallel_tool_calls=request.parallel_tool_calls,
+            max_tool_calls=request.max_tool_calls,
+            verbosity=request.verbosity,
+            cache_scope=prepared.ctx.tenant,
             sampling=inference_pb2.SamplingParams(
                 temperature=request.temperature,
                 top_p=request.top_p,
                 max_output_tokens=request.max_output_tokens or 0,
                 seed=request.seed or 0,
+                presence_penalty=request.presence_penalty,
+                frequency_penalty=request.frequency_penalty,
             ),
             tokens_per_second=model.tokens_per_second,
             ttft_ms=model.ttft_ms,
@@ -354,12 +371,14 @@ class ResponseEngine:
         """Model time as the worker reports it, and each API stage's own time, so a
         client can tell model time from API time for every response."""
         assert prepared.response is not None
-        prepared.response[TIMINGS_KEY] = {
-            "pipeline": prepared.ctx.pipeline,
-            "worker_id": generation.worker_id,
-            "model_ms": {k: round(v, 3) for k, v in generation.model_ms.items()},
-            "stages_ms": {k: round(v, 3) for k, v in prepared.ctx.stage_ms.items()},
-        }
+        prepared.response.setdefault(TIMINGS_KEY, {}).update(
+            {
+                "pipeline": prepared.ctx.pipeline,
+                "worker_id": generation.worker_id,
+                "model_ms": {k: round(v, 3) for k, v in generation.model_ms.items()},
+                "stages_ms": {k: round(v, 3) for k, v in prepared.ctx.stage_ms.items()},
+            }
+        )
 
     async def _finish(
         self,
@@ -381,8 +400,11 @@ class ResponseEngine:
             with ctx.stage("finalize"):
                 finished_ok = response["status"] in ("completed", "incomplete")
                 cache = ctx.connection_cache
-                if finished_ok and policy.keep_rendered_tokens and prepared.prompt is not None:
-                    self.res.token_cache.put(ctx.tenant, response["id"], prepared.prompt.rendered)
+                # A truncated render covers only the items left: nothing may append to it.
+                prompt = prepared.prompt
+                whole = prompt is not None and not prompt.truncated
+                if finished_ok and policy.keep_rendered_tokens and whole:
+                    self.res.token_cache.put(ctx.tenant, response["id"], prompt.rendered)
                 if finished_ok and cache is not None:
                     cache.put(response["id"], self._next_state(prepared, generation))
                 elif cache is not None and request.previous_response_id:
@@ -418,14 +440,16 @@ class ResponseEngine:
         assert response is not None
         model_ms = generation.model_ms.get("total_ms", 0.0)
         overhead = turn_metrics.response_finished(prepared, model_ms, time.perf_counter())
-        timings = response.get(TIMINGS_KEY)
-        if timings is None:  # failed before the worker reported its timings
-            timings = response[TIMINGS_KEY] = {
-                "pipeline": prepared.ctx.pipeline,
-                "worker_id": generation.worker_id,
-                "model_ms": {},
-                "stages_ms": {k: round(v, 3) for k, v in prepared.ctx.stage_ms.items()},
-            }
+        timings = response.setdefault(TIMINGS_KEY, {})
+        if "pipeline" not in timings:  # failed before the worker reported its timings
+            timings.update(
+                {
+                    "pipeline": prepared.ctx.pipeline,
+                    "worker_id": generation.worker_id,
+                    "model_ms": {},
+                    "stages_ms": {k: round(v, 3) for k, v in prepared.ctx.stage_ms.items()},
+                }
+            )
         timings["overhead_ms"] = round(overhead, 3)
         for event in terminal:
             if (snapshot := event.get("response")) is not None:
@@ -453,7 +477,7 @@ class ResponseEngine:
 
     @staticmethod
     def _next_state(prepared: Prepared, generation: Generation) -> ConversationState:
-        response, conversation = prepared.response, prepared.conversation
+        response, conversation, prompt = prepared.response, prepared.conversation, prepared.prompt
         assert response is not None and conversation is not None
         output = response["output"]
         call_names = conversation.call_names
@@ -464,7 +488,7 @@ class ResponseEngine:
             call_names=call_names,
             conversation_id=conversation.conversation_id,
             affinity_key=conversation.affinity_key,
-            rendered=prepared.prompt.rendered if prepared.prompt is not None else None,
+            rendered=prompt.rendered if prompt is not None and not prompt.truncated else None,
             model=prepared.model,
             route=generation.route,
             lane=prepared.ctx.lane,

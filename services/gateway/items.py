@@ -13,6 +13,7 @@ from typing import Any
 from turnpike.conversation.v1 import conversation_pb2
 from turnpike.ids import new_id
 
+from gateway import input_files
 from gateway.errors import invalid, invalid_type
 
 Item = dict[str, Any]
@@ -142,6 +143,17 @@ def _part(raw: Any, role: str, param: str) -> dict[str, Any]:
                 "invalid_value",
             )
         return {"type": "input_image", "image_url": image_url, "file_id": file_id, "detail": detail}
+    if kind == "input_file":
+        if "text" in raw and "file_data" not in raw:  # canonical: from the store, or re-sent
+            if not isinstance(raw["text"], str):
+                raise invalid_type(f"{param}.text", "a string")
+            name = raw.get("filename")
+            return {
+                "type": "input_file",
+                "filename": name if isinstance(name, str) else "file",
+                "text": raw["text"],
+            }
+        return input_files.normalize_file_part(raw, param)
     if not isinstance(kind, str):
         raise invalid_type(f"{param}.type", "a string")
     raise invalid(
@@ -238,7 +250,9 @@ def text_of(content: Any) -> str:
         return content
     texts = []
     for part in content or []:
-        if part.get("type") in TEXT_PARTS:
+        if part.get("type") == "input_file":
+            texts.append(input_files.rendered(part))
+        elif part.get("type") in TEXT_PARTS:
             texts.append(part.get("text", ""))
         elif part.get("type") == "refusal":
             texts.append(part.get("refusal", ""))

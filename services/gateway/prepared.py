@@ -51,6 +51,16 @@ class Prompt:
 
     rendered: RenderedPrefix  # the conversation's tokens, kept for the next turn
     tokens: array  # the same, then the tokens that open the assistant's turn
+    # truncation "auto" dropped items to fit the context window: what the model sees
+    # (the items left), the ids of those dropped, and the tokens before dropping.
+    # ``rendered`` then covers only the items left: no later turn may append to it.
+    kept_items: list[conversation_pb2.Item] | None = None
+    dropped_ids: tuple[str, ...] = ()
+    untruncated_tokens: int = 0
+
+    @property
+    def truncated(self) -> bool:
+        return self.kept_items is not None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Validation of a create request (``POST /v1/responses`` body or WebSocket
 ``response.create``) into a typed ``CreateRequest``. Pure: no I/O.
 
-Unknown top-level keys are ignored (clients inject them through ``extra_body``);
-known keys of the wrong type get a 400 naming the parameter.
+Unknown top-level keys are ignored (clients inject them through ``extra_body``), except
+the API's fields this server does not implement (``request_fields.UNSUPPORTED``); known
+keys of the wrong type get a 400 naming the parameter.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from turnpike.conversation.v1 import conversation_pb2
 from turnpike.inference.v1 import inference_pb2
 
+from gateway import request_fields
 from gateway.errors import invalid, invalid_type
 from gateway.items import Item, normalize_input
 from gateway.json_codec import dump_bytes
@@ -54,6 +56,7 @@ class CreateRequest:
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
     seed: int | None = None
     # context_management: compact past this many input tokens (gateway.compaction).
     compact_threshold: int | None = None
@@ -102,6 +105,20 @@ class CreateRequest:
         if choice.get("type") == "function":
             return choice["name"]
         return choice.get("mode", "auto")  # allowed_tools
+
+    @functools.cached_property
+    def callable_proto_tools(self) -> list[conversation_pb2.Tool]:
+        """The tools the model may call: all, or those ``allowed_tools`` names (the
+        prompt still shows every tool, so a changing allowed set keeps its cache)."""
+        choice = self.tool_choice
+        if not isinstance(choice, dict) or choice.get("type") != "allowed_tools":
+            return self.proto_tools
+        allowed = {t["name"] for t in choice["tools"]}
+        return [tool for tool in self.proto_tools if tool.name in allowed]
+
+    @property
+    def verbosity(self) -> str:
+        return self.text.get("verbosity") or ""
 
 
 def _opt(body: dict[str, Any], key: str, types: type | tuple[type, ...], expected: str) -> Any:
@@ -219,7 +236,9 @@ def _tool_choice(raw: Any, tools: list[dict[str, Any]]) -> Any:
                 "tool_choice.mode",
                 "invalid_value",
             )
-        return {"type": "allowed_tools", "mode": mode, "tools": raw.get("tools", [])}
+        names = {t["name"] for t in tools}
+        allowed = request_fields.allowed_tools(raw.get("tools"), names)
+        return {"type": "allowed_tools", "mode": mode, "tools": allowed}
     raise invalid(
         f"Unsupported tool_choice type '{raw.get('type')}'.", "tool_choice.type", "invalid_value"
     )
@@ -402,6 +421,8 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
     """Validate a create body. Raises ApiError(400) naming the offending parameter."""
     if not isinstance(body, dict):
         raise invalid("The request body must be a JSON object.", None, "invalid_body")
+    request_fields.refuse_unsupported(body)
+    request_fields.prompt_cache_options(body.get("prompt_cache_options"))
     model = body.get("model", default_model)
     if not isinstance(model, str) or not model:
         raise invalid_type("model", "a model name string")
@@ -438,7 +459,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
             "max_output_tokens",
             "integer_below_min_value",
         )
-    max_tool_calls = _opt(body, "max_tool_calls", int, "an integer")
+    max_tool_calls = request_fields.max_tool_calls(body.get("max_tool_calls"))
     truncation = body.get("truncation") or "disabled"
     if truncation not in ("auto", "disabled"):
         raise invalid(
@@ -471,7 +492,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         max_tool_calls=max_tool_calls,
         temperature=_number(body, "temperature", 0.0, 2.0, 1.0),
         top_p=_number(body, "top_p", 0.0, 1.0, 1.0),
-        top_logprobs=_opt(body, "top_logprobs", int, "an integer") or 0,
+        top_logprobs=request_fields.top_logprobs(body.get("top_logprobs")),
         presence_penalty=_number(body, "presence_penalty", -2.0, 2.0, 0.0),
         frequency_penalty=_number(body, "frequency_penalty", -2.0, 2.0, 0.0),
         truncation=truncation,
@@ -482,10 +503,17 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         store=True if store is None else store,
         stream=bool(stream),
         background=background,
-        service_tier=_opt(body, "service_tier", str, "a string") or "default",
+        service_tier=request_fields.service_tier(body.get("service_tier")),
         user=_opt(body, "user", str, "a string"),
-        safety_identifier=_opt(body, "safety_identifier", str, "a string"),
-        prompt_cache_key=_opt(body, "prompt_cache_key", str, "a string"),
+        safety_identifier=request_fields.identifier(
+            body.get("safety_identifier"), "safety_identifier"
+        ),
+        prompt_cache_key=request_fields.identifier(
+            body.get("prompt_cache_key"), "prompt_cache_key"
+        ),
+        prompt_cache_retention=request_fields.prompt_cache_retention(
+            body.get("prompt_cache_retention")
+        ),
         seed=_opt(body, "seed", int, "an integer"),
         compact_threshold=_compact_threshold(body.get("context_management")),
         stream_id=stream_id,

@@ -38,6 +38,7 @@ def new_response(
         "parallel_tool_calls": request.parallel_tool_calls,
         "previous_response_id": request.previous_response_id,
         "prompt_cache_key": request.prompt_cache_key,
+        "prompt_cache_retention": request.prompt_cache_retention,
         "reasoning": request.reasoning,
         "safety_identifier": request.safety_identifier,
         "service_tier": request.service_tier,

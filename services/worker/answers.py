@@ -4,6 +4,9 @@ It reads the structured conversation, like a model would:
 
 1. ``tool_choice`` is ``"required"`` or names a function: a function call, always
    (as the real API forces a call; clients reset ``tool_choice`` to end a loop).
+   ``max_tool_calls`` of 0 outranks it: no call is allowed, so the answer is a message.
+   A response holds at most one function call, so ``parallel_tool_calls: false`` and
+   any ``max_tool_calls`` of 1 or more always hold.
 2. The last item is a function call output: one message that uses the output(s).
 3. Tools are given and ``tool_choice`` is not ``"none"``: a call to the tool whose
    name and description share the most words with the user's last message (ties
@@ -11,6 +14,9 @@ It reads the structured conversation, like a model would:
 4. Otherwise: a short message (about 20 to 60 tokens) of seeded pseudo-text that
    mentions the words of the user's question; when the user asks for a length ("in
    2000 words", "500 tokens"), about that many tokens, so long streams can be tested.
+   ``text.verbosity`` sets the length otherwise: low about 8 to 20 tokens, medium (the
+   default) 20 to 60, high 60 to 150; after a tool ran, the closing sentences: one
+   (low), one or two (medium), three (high).
 
 A message (2. and 4.) follows the request's ``text_format`` (structured outputs):
 ``json_schema`` -> JSON text valid for the schema, built as tool arguments are
@@ -39,6 +45,8 @@ from worker.user_text import content_words, name_words
 Item = conversation_pb2.Item
 OUTPUT_SNIPPET_CHARS = 200
 MIN_TEXT_TOKENS, MAX_TEXT_TOKENS = 20, 60
+# text.verbosity: the length of a plain answer, in tokens (low, high bounds).
+VERBOSITY_TOKENS = {"low": (8, 20), "medium": (MIN_TEXT_TOKENS, MAX_TEXT_TOKENS), "high": (60, 150)}
 MAX_REQUESTED_TOKENS = 32_768
 _LENGTH_REQUEST = re.compile(r"\b(\d{1,6})\s*(?:words|tokens)\b", re.IGNORECASE)
 
@@ -69,14 +77,22 @@ def plan_answer(
     count_tokens: Callable[[str], int],
     instructions: str = "",
     text_format: inference_pb2.TextFormat | None = None,
+    max_tool_calls: int | None = None,
+    verbosity: str = "",
 ) -> Answer:
     choice = tool_choice or "auto"
+    verbosity = verbosity or "medium"
+    if verbosity not in VERBOSITY_TOKENS:
+        raise AnswerError(f"verbosity '{verbosity}' is not one of low, medium, high")
+    if max_tool_calls is not None and max_tool_calls < 0:
+        raise AnswerError("max_tool_calls must be >= 0")
     if choice not in ("auto", "none", "required") and not any(t.name == choice for t in tools):
         raise AnswerError(f"tool_choice names '{choice}', which is not among the tools")
     if choice == "required" and not tools:
         raise AnswerError("tool_choice is 'required' but no tools are given")
     user_text = last_user_text(items) or instructions
-    forced = choice != "auto" and choice != "none"
+    may_call = bool(tools) and choice != "none" and max_tool_calls != 0
+    forced = may_call and choice != "auto"
     kind = text_format.type if text_format is not None else ""
     if kind not in ("", "text", "json_object", "json_schema"):
         raise AnswerError(f"text format type '{kind}' is not one of text, json_object, json_schema")
@@ -85,15 +101,15 @@ def plan_answer(
         if kind in ("json_object", "json_schema"):
             words = " ".join([user_text, *tool_outputs(items)])  # what the answer is made of
             return MessageAnswer(structured_text(text_format, words, seed))
-        return MessageAnswer(tool_result_text(items, seed))
-    if tools and choice != "none":
+        return MessageAnswer(tool_result_text(items, seed, verbosity))
+    if may_call:
         tool = choose_tool(tools, choice, user_text, seed)
         return FunctionCallAnswer(tool.name, tool_arguments(tool, user_text, seed))
     if kind == "json_object":
         return MessageAnswer(json_object_text(user_text, seed, count_tokens))
     if kind == "json_schema":
         return MessageAnswer(structured_text(text_format, user_text, seed))
-    return MessageAnswer(pseudo_text(user_text, seed, count_tokens))
+    return MessageAnswer(pseudo_text(user_text, seed, count_tokens, verbosity))
 
 
 def stable_rng(*parts: object) -> random.Random:
@@ -140,7 +156,9 @@ def _trailing_outputs(items: Sequence[conversation_pb2.Item]) -> list[conversati
     return outputs
 
 
-def tool_result_text(items: Sequence[conversation_pb2.Item], seed: int) -> str:
+def tool_result_text(
+    items: Sequence[conversation_pb2.Item], seed: int, verbosity: str = "medium"
+) -> str:
     """One line per trailing tool output, then a closing sentence."""
     outputs = _trailing_outputs(items)
     lines = []
@@ -149,7 +167,8 @@ def tool_result_text(items: Sequence[conversation_pb2.Item], seed: int) -> str:
         snippet = text[:OUTPUT_SNIPPET_CHARS] + ("..." if len(text) > OUTPUT_SNIPPET_CHARS else "")
         lines.append(f"The tool returned: {snippet}" if snippet else "The tool returned nothing.")
     rng = stable_rng(seed, "after-tool", *(o.text for o in outputs))
-    closers = rng.sample(_CLOSERS, k=1 + rng.randrange(2))
+    count = {"low": 1, "high": 3}.get(verbosity) or 1 + rng.randrange(2)
+    closers = rng.sample(_CLOSERS, k=count)
     return "\n".join(lines) + "\n" + " ".join(closers)
 
 
@@ -268,17 +287,20 @@ def long_text(opening: str, words: list[str], target: int, rng, count_tokens) ->
     return "".join(parts)
 
 
-def pseudo_text(user_text: str, seed: int, count_tokens: Callable[[str], int]) -> str:
+def pseudo_text(
+    user_text: str, seed: int, count_tokens: Callable[[str], int], verbosity: str = "medium"
+) -> str:
+    low, high = VERBOSITY_TOKENS[verbosity]
     words = content_words(user_text)
     rng = stable_rng(seed, "text", user_text)
     requested = requested_length(user_text)
-    target = requested or rng.randint(MIN_TEXT_TOKENS, MAX_TEXT_TOKENS)
+    target = requested or rng.randint(low, high)
     if words:
         topic = " and ".join(words[:2]) if len(words) > 1 else words[0]
         text = rng.choice(_OPENERS).format(topic=topic)
     else:
         text = rng.choice(_GENERIC_OPENERS)
-    if requested is not None and requested > MAX_TEXT_TOKENS:
+    if requested is not None and requested > high:
         return long_text(text, words, target, rng, count_tokens)
     used = {text}
     length = count_tokens(text)
@@ -288,7 +310,7 @@ def pseudo_text(user_text: str, seed: int, count_tokens: Callable[[str], int]) -
             continue
         candidate = text + " " + sentence
         candidate_length = count_tokens(candidate)  # counted once: the next length if kept
-        if length >= MIN_TEXT_TOKENS and candidate_length > MAX_TEXT_TOKENS:
+        if length >= low and candidate_length > high:
             break
         used.add(sentence)
         text, length = candidate, candidate_length

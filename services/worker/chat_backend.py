@@ -52,7 +52,13 @@ from turnpike.config import ConfigError
 from turnpike.inference.v1 import inference_pb2 as pb
 
 from worker.backends import InvalidRequestError, error_event
-from worker.chat_mapping import ChunkMapper, MappingError, StreamProtocolError, chat_params
+from worker.chat_mapping import (
+    ChunkMapper,
+    MappingError,
+    StreamProtocolError,
+    call_limit,
+    chat_params,
+)
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +167,8 @@ class ChatBackend(ABC):
             raise InvalidRequestError(str(exc)) from exc
         params |= {"stream": True, "stream_options": {"include_usage": True}}
         mapper = ChunkMapper(
-            fallback_input_tokens=token_bytes.count(request.prompt) + max(0, request.image_tokens)
+            fallback_input_tokens=token_bytes.count(request.prompt) + max(0, request.image_tokens),
+            max_tool_calls=call_limit(request),
         )
         reported: ReportedTimings | None = None
         first_delta = last_delta = None

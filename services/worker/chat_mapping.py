@@ -199,6 +199,15 @@ def chat_response_format(text_format: pb.TextFormat) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": json_schema}
 
 
+def call_limit(request: pb.GenerateRequest) -> int | None:
+    """The most function calls the response may hold (None: no limit): ``max_tool_calls``,
+    and one when ``parallel_tool_calls`` is off (a hosted model may not heed either)."""
+    limit = request.max_tool_calls if request.HasField("max_tool_calls") else None
+    if request.tools and not request.parallel_tool_calls:
+        limit = 1 if limit is None else min(limit, 1)
+    return limit
+
+
 def chat_params(request: pb.GenerateRequest) -> dict[str, Any]:
     """Keyword arguments of ``chat.completions.create`` (without ``stream``)."""
     if not request.model:
@@ -212,9 +221,13 @@ def chat_params(request: pb.GenerateRequest) -> dict[str, Any]:
     if request.tools:
         params["tools"] = chat_tools(request.tools)
         choice = chat_tool_choice(request.tool_choice, [t.name for t in request.tools])
+        limit = request.max_tool_calls if request.HasField("max_tool_calls") else None
+        # Chat completions has no max_tool_calls: 0 allows no call, 1 one call at a time.
+        if limit == 0:
+            choice = "none"
         if choice is not None:
             params["tool_choice"] = choice
-        params["parallel_tool_calls"] = request.parallel_tool_calls
+        params["parallel_tool_calls"] = request.parallel_tool_calls and limit != 1
     response_format = chat_response_format(request.text_format)
     if response_format is not None:
         params["response_format"] = response_format
@@ -226,6 +239,9 @@ def chat_params(request: pb.GenerateRequest) -> dict[str, Any]:
         params["top_p"] = sampling.top_p
     if sampling.seed:
         params["seed"] = sampling.seed
+    for penalty in ("presence_penalty", "frequency_penalty"):
+        if value := getattr(sampling, penalty):
+            params[penalty] = value
     if sampling.max_output_tokens:
         params["max_completion_tokens"] = sampling.max_output_tokens
     effort = CHAT_EFFORTS.get(request.reasoning_effort)
@@ -241,8 +257,11 @@ class ChunkMapper:
     """Chunks in, contract events out. ``feed`` each chunk, then ``finish`` (a complete
     stream) or ``abort`` (a broken one: closes the open item)."""
 
-    def __init__(self, fallback_input_tokens: int = 0) -> None:
+    def __init__(self, fallback_input_tokens: int = 0, max_tool_calls: int | None = None) -> None:
         self.fallback_input_tokens = fallback_input_tokens
+        # Chat completions has no call limit: calls past it are dropped here.
+        self.max_tool_calls = max_tool_calls
+        self._dropped_calls: set[int] = set()
         self.emitted = False  # any event out yet (after that, no silent retry)
         self.delta_tokens = 0
         self.reasoning_delta_tokens = 0
@@ -300,7 +319,12 @@ class ChunkMapper:
             fresh = call.get("id") or self._open != "call"
             index = -1 - self._calls if fresh else self._call_index
         function = call.get("function") or {}
+        if index in self._dropped_calls:
+            return events
         if self._open != "call" or index != self._call_index:
+            if self.max_tool_calls is not None and self._calls >= self.max_tool_calls:
+                self._dropped_calls.add(index)
+                return events
             if index in self._closed_calls:
                 raise StreamProtocolError(f"tool call {index} continued after another item began")
             name = function.get("name")

@@ -116,6 +116,8 @@ class SimulatorBackend:
                 self.count_tokens,
                 request.instructions,
                 request.text_format,
+                request.max_tool_calls if request.HasField("max_tool_calls") else None,
+                request.verbosity,
             )
             reasoning = plan_reasoning(
                 request.items,
@@ -141,7 +143,8 @@ class SimulatorBackend:
         thought_chunks = token_chunks(thought, self._encoding.decode)
 
         prompt = token_bytes.unpack(request.prompt)
-        cached = self.cache.lookup_and_insert(prompt, namespace=request.model)
+        namespace = f"{request.model}\x1f{request.cache_scope}"  # tenants share no entries
+        cached = self.cache.lookup_and_insert(prompt, namespace=namespace)
         metrics.SIMULATOR_PREFIX_CACHE.lookup(cached)
         input_tokens = len(prompt) + request.image_tokens
         prefill_s = request.ttft_ms / 1000 + (input_tokens - cached) / (

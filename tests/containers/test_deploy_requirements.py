@@ -39,6 +39,7 @@ ROOTS = {
         "pyyaml",
         "jsonschema",
         "cryptography",
+        "pypdf",
     ],
     "safety": ["alt-profanity-check"],
     "tokenizer": ["openai-harmony", "bpe-openai"],

@@ -10,6 +10,7 @@ import grpc
 from turnpike.conversation.v1 import conversation_pb2
 from turnpike.tokenizer.v1 import tokenizer_pb2
 
+from gateway import truncation
 from gateway.conversation_state import RenderedPrefix
 from gateway.errors import invalid
 from gateway.prepared import Prepared, Prompt
@@ -52,7 +53,11 @@ class Render(Stage):
             rendered = await render_all(res, request, conversation.items)
         if keys:
             res.token_cache.put(p.ctx.tenant, keys[-1], rendered)
-        return Prompt(rendered, rendered.prompt())
+        prompt = Prompt(rendered, rendered.prompt())
+        assert p.model is not None
+        if request.truncation == "auto" and len(prompt.tokens) > p.model.context_window:
+            return await truncated(res, request, conversation.items, prompt, p.model.context_window)
+        return prompt
 
     def check(self, p: Prepared) -> None:
         assert p.prompt is not None and p.model is not None
@@ -63,6 +68,31 @@ class Render(Stage):
                 "input",
                 "context_length_exceeded",
             )
+
+
+async def truncated(
+    res: Resources,
+    request: CreateRequest,
+    items: list[conversation_pb2.Item],
+    full: Prompt,
+    window: int,
+) -> Prompt:
+    """The prompt with the fewest oldest items dropped that fits ``window``
+    (``gateway.truncation``); the full prompt when none does (``check`` refuses it)."""
+    plan = truncation.plan(items)
+    fitted: dict[int, RenderedPrefix] = {}
+
+    async def fits(count: int) -> bool:
+        rendered = await render_all(res, request, plan.dropping(count)[0])
+        fitted[count] = rendered
+        return len(rendered.prompt()) <= window
+
+    count = await truncation.smallest_fit(plan.max_drop, fits)
+    if count is None:
+        return full
+    kept, dropped = plan.dropping(count)
+    rendered = fitted[count]
+    return Prompt(rendered, rendered.prompt(), kept, tuple(dropped), len(full.tokens))
 
 
 async def render_all(

@@ -1,0 +1,168 @@
+"""``input_file`` content parts with inline ``file_data``: the file's text, for the prompt.
+
+``file_data`` is a data URL (``data:<mime>;base64,<data>``), or bare base64 whose type
+the ``filename``'s extension tells. Text files (``text/*``, JSON, XML, YAML) are decoded
+as UTF-8; PDFs have their text extracted with pypdf. The canonical part keeps the file's
+name and its text, not its bytes: the prompt renders the text under the name, and a
+follow-up never decodes the file again. ``file_id`` and ``file_url`` need a Files API or
+fetching, which this server does not have: both are refused naming the parameter.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import mimetypes
+from typing import Any
+
+from gateway.errors import invalid, invalid_type
+
+# Bounds: a PDF is parsed in the request's path, so its size and pages are kept small.
+MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_PDF_PAGES = 100
+MAX_TEXT_CHARS = 200_000
+TEXT_TYPES = (
+    "application/json",
+    "application/xml",
+    "application/yaml",
+    "application/x-yaml",
+    "application/x-ndjson",
+)
+PDF_TYPE = "application/pdf"
+
+
+def normalize_file_part(raw: dict[str, Any], param: str) -> dict[str, Any]:
+    """The canonical ``input_file`` part: ``{"type", "filename", "text"}``."""
+    for key in ("file_id", "file_url"):
+        if raw.get(key) is not None:
+            raise invalid(
+                f"'{param}.{key}' is not supported by this server (it has no Files API and "
+                "fetches no URLs); send the file inline as 'file_data' with 'filename'.",
+                f"{param}.{key}",
+                "unsupported_parameter",
+            )
+    filename, data = raw.get("filename"), raw.get("file_data")
+    if filename is not None and not isinstance(filename, str):
+        raise invalid_type(f"{param}.filename", "a string")
+    if data is None:
+        raise invalid(
+            f"Missing required parameter: '{param}.file_data'.",
+            f"{param}.file_data",
+            "missing_required_parameter",
+        )
+    if not isinstance(data, str):
+        raise invalid_type(f"{param}.file_data", "a base64 data URL string")
+    mime, payload = _split_data_url(data, filename, f"{param}.file_data")
+    text = file_text(mime, payload, f"{param}.file_data")
+    return {"type": "input_file", "filename": filename or "file", "text": text}
+
+
+def rendered(part: dict[str, Any]) -> str:
+    """How a file appears in the prompt: its name, then its text."""
+    return f"[file: {part.get('filename') or 'file'}]\n{part.get('text', '')}"
+
+
+def _split_data_url(data: str, filename: str | None, param: str) -> tuple[str, bytes]:
+    if data.startswith("data:"):
+        header, sep, body = data[5:].partition(",")
+        fields = header.split(";")
+        if not sep or "base64" not in fields[1:]:
+            raise invalid(
+                f"Invalid '{param}': expected a data URL 'data:<mime type>;base64,<data>'.",
+                param,
+                "invalid_value",
+            )
+        mime = fields[0].strip().lower()
+    else:
+        body = data
+        guessed = mimetypes.guess_type(filename or "")[0]
+        if guessed is None:
+            raise invalid(
+                f"Invalid '{param}': bare base64 needs a 'filename' with a known extension; "
+                "or send a data URL 'data:<mime type>;base64,<data>'.",
+                param,
+                "invalid_value",
+            )
+        mime = guessed
+    if len(body) > (MAX_FILE_BYTES * 4) // 3 + 4:
+        raise _too_large(param)
+    try:
+        payload = base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid(
+            f"Invalid '{param}': the data is not valid base64.", param, "invalid_value"
+        ) from None
+    if len(payload) > MAX_FILE_BYTES:
+        raise _too_large(param)
+    return mime, payload
+
+
+def _too_large(param: str):
+    return invalid(
+        f"Invalid '{param}': the file is over {MAX_FILE_BYTES // (1024 * 1024)} MiB.",
+        param,
+        "file_too_large",
+    )
+
+
+def file_text(mime: str, payload: bytes, param: str) -> str:
+    if mime == PDF_TYPE:
+        text = _pdf_text(payload, param)
+    elif mime.startswith("text/") or mime in TEXT_TYPES:
+        try:
+            text = payload.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise invalid(
+                f"Invalid '{param}': a {mime} file must be UTF-8 text.", param, "invalid_value"
+            ) from None
+    else:
+        raise invalid(
+            f"Invalid '{param}': files of type '{mime}' are not supported; send text "
+            "(text/*, JSON, XML, YAML) or a PDF.",
+            param,
+            "unsupported_file_type",
+        )
+    if len(text) > MAX_TEXT_CHARS:
+        raise invalid(
+            f"Invalid '{param}': the file's text is over {MAX_TEXT_CHARS} characters.",
+            param,
+            "file_too_large",
+        )
+    return text
+
+
+def _pdf_text(payload: bytes, param: str) -> str:
+    from pypdf import PdfReader  # only a request with a PDF pays for importing it
+    from pypdf.errors import PyPdfError
+
+    try:
+        reader = PdfReader(io.BytesIO(payload), strict=False)
+        if reader.is_encrypted:
+            raise invalid(
+                f"Invalid '{param}': the PDF is encrypted; send it without a password.",
+                param,
+                "invalid_file",
+            )
+        pages = reader.pages
+        if len(pages) > MAX_PDF_PAGES:
+            raise invalid(
+                f"Invalid '{param}': the PDF has {len(pages)} pages, over {MAX_PDF_PAGES}.",
+                param,
+                "file_too_large",
+            )
+        texts = []
+        total = 0
+        for page in pages:
+            texts.append(page.extract_text() or "")
+            total += len(texts[-1])
+            if total > MAX_TEXT_CHARS:
+                break  # file_text refuses it; stop extracting
+    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+        raise invalid(
+            f"Invalid '{param}': the PDF could not be read (corrupt or not a PDF).",
+            param,
+            "invalid_file",
+        ) from None
+    return "\n\n".join(texts).strip()
