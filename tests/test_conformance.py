@@ -170,11 +170,6 @@ def test_image_input(stack, transport):
     assert turn.response["output"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="input_file content parts are refused with unsupported_content_type "
-    "(gateway/items.py); issue 13 §6 makes them accepted",
-)
 def test_file_input_with_inline_pdf(stack):
     data = base64.b64encode(pdf_bytes("Title: Open Responses File Input Fixture")).decode()
     content = [
