@@ -226,6 +226,7 @@ class ResponseEngine:
             text_format=request.proto_text_format,
             reasoning_effort=(request.reasoning or {}).get("effort") or "",
             reasoning_summary=(request.reasoning or {}).get("summary") or "",
+            tenant=prepared.ctx.tenant,  # scopes the worker's prefix cache
         )
         excluded: list[str] = []
         for attempt in range(MAX_WORKER_ATTEMPTS):
