@@ -261,6 +261,23 @@ async def test_wrong_api_key_is_backend_auth_failed(fake, make_backend) -> None:
     assert len(fake.requests) == 1
 
 
+async def test_a_401_quoting_the_api_key_reaches_no_one_with_the_key(
+    fake, make_backend, caplog
+) -> None:
+    """The backend's key is a secret: redacted from the message the client, the log and
+    the trace get, whatever the server put in it."""
+    key = "csk-0123456789-secret-backend-key"
+    fake.quote_wrong_key = True
+    try:
+        events = await run(make_backend(api_key=key), request("fake-text"))
+    finally:
+        fake.quote_wrong_key = False
+    [event] = events
+    assert event.error.code == "backend_auth_failed"
+    assert key not in event.error.message and "[redacted]" in event.error.message
+    assert key not in caplog.text
+
+
 async def test_client_errors_are_rejected_with_the_backend_message(fake, make_backend) -> None:
     events = await run(make_backend(), request("fake-bad-request"))
     error = events[0].error

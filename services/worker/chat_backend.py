@@ -43,7 +43,7 @@ import random
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
 
 import httpx
@@ -181,7 +181,9 @@ class ChatBackend(ABC):
                                 first_delta = last_delta
                         yield event
             except Exception as exc:  # every failure becomes one Error event
-                failure = self._failure(exc, opened=stream is not None, output=mapper.emitted)
+                failure = self._redacted(
+                    self._failure(exc, opened=stream is not None, output=mapper.emitted)
+                )
             finally:
                 if stream is not None:
                     await stream.close()  # also when the caller cancels or goes away
@@ -232,6 +234,15 @@ class ChatBackend(ABC):
         )
 
     # -- failures --------------------------------------------------------------------
+
+    def _redacted(self, failure: Failure) -> Failure:
+        """The failure without this backend's API key: some servers quote the key they
+        were sent in their 401 message, and the message goes to the log, the trace and
+        the client."""
+        key = getattr(self._client, "api_key", None)
+        if not isinstance(key, str) or len(key) < 4 or key not in failure.message:
+            return failure
+        return replace(failure, message=failure.message.replace(key, "[redacted]"))
 
     def _failure(self, exc: Exception, *, opened: bool, output: bool) -> Failure:
         upstream = self.read_error(exc)
