@@ -60,13 +60,13 @@ def test_every_root_file_system_is_read_only_and_every_capability_dropped(inspec
 def test_no_process_is_root_and_nothing_outside_a_tmpfs_is_writable(inspected):
     for service, info in inspected.items():
         top = subprocess.run(
-            ["docker", "top", info["Id"], "-o", "uid,comm"],
+            ["docker", "top", info["Id"], "-o", "pid,uid,comm"],
             capture_output=True,
             text=True,
             check=True,
             timeout=30,
         ).stdout.splitlines()[1:]
-        owners = {line.split()[0] for line in top}
+        owners = {line.split()[1] for line in top}
         assert owners and not owners & {"0", "root"}, f"{service}: {top}"
         # Where each image puts its working files, and the root: refused.
         for path in ("/", info["Config"]["WorkingDir"] or "/"):
