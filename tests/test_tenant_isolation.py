@@ -10,7 +10,8 @@ the billing ledger (test_billing_ledger), the TokenCache's keys (test_gateway_ca
 worker's prefix cache (test_worker_simulator) and the dashboard (test_gateway_dashboard).
 
 Content-keyed caches are the subtle case: a hit tells the caller that someone sent the same
-prompt before (fewer cached tokens billed, a faster first token). Every such cache is keyed
+prompt before (fewer cached tokens billed, a faster first token or verdict). Every such
+cache (the TokenCache, the workers' prefix caches, the safety service's score cache) is keyed
 by tenant, so bob's identical prompt is a miss wherever alice's repeat is a hit.
 """
 
@@ -52,6 +53,12 @@ def prefix_cache_hits(stack) -> float:
     )
 
 
+def safety_cache_hits(stack) -> float:
+    return scrape(stack.metrics["safety"]).value(
+        "turnpike_safety_texts_scored_total", source="cache"
+    )
+
+
 def test_an_identical_prompt_of_another_tenant_never_hits_a_cache(stack):
     alice, bob = client(stack, "alice"), client(stack, "bob")
     # Alice's prompt reaches every worker (a routing key per request), so wherever bob's
@@ -66,17 +73,21 @@ def test_an_identical_prompt_of_another_tenant_never_hits_a_cache(stack):
             break
     assert workers == set(stack.workers)
     token_hits, prefix_hits = token_cache_hits(stack), prefix_cache_hits(stack)
+    safety_hits = safety_cache_hits(stack)
     bobs = bob.responses.create(model=MODEL, input=PROMPT, max_output_tokens=16)
-    # Nothing of alice's is found: not the rendered tokens, not the worker's blocks.
+    # Nothing of alice's is found: not the rendered tokens, not the worker's blocks, not
+    # the safety service's scores.
     assert cached_tokens(bobs) == 0
     assert token_cache_hits(stack) == token_hits
     assert prefix_cache_hits(stack) == prefix_hits
+    assert safety_cache_hits(stack) == safety_hits
     assert bobs.usage.input_tokens == first.usage.input_tokens
     # Alice's own repeat hits both.
     again = alice.responses.create(model=MODEL, input=PROMPT, max_output_tokens=16)
     assert cached_tokens(again) > 0
     assert token_cache_hits(stack) == token_hits + 1
     assert prefix_cache_hits(stack) == prefix_hits + 1
+    assert safety_cache_hits(stack) == safety_hits + 1
     # And bob's own repeat finds his own.
     assert cached_tokens(bob.responses.create(model=MODEL, input=PROMPT, max_output_tokens=16))
 
