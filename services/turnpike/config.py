@@ -475,6 +475,11 @@ class WorkerSettings:
     openai_compat_timeout_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_OPENAI_COMPAT_TIMEOUT_S", 60.0)
     )
+    # A cache_salt per tenant on every request (vLLM's prefix-cache isolation); off for a
+    # server that refuses the field.
+    openai_compat_cache_salt: bool = field(
+        default_factory=lambda: env_bool("TURNPIKE_OPENAI_COMPAT_CACHE_SALT", True)
+    )
 
     def __post_init__(self) -> None:
         if self.delta_interval_ms < 0:

@@ -140,6 +140,11 @@ class ChatBackend(ABC):
     def read_error(self, exc: Exception) -> UpstreamError | None:
         """What the SDK's exception says; None for an exception that is not the SDK's."""
 
+    def tenant_params(self, tenant: str) -> dict[str, Any]:
+        """What keeps this tenant's prompts apart on the server (its caches), if the
+        server takes anything for that."""
+        return {}
+
     def reported_timings(self, chunk: Mapping[str, Any]) -> ReportedTimings | None:
         """Timings the backend put in this chunk, if it reports any."""
         return None
@@ -160,6 +165,7 @@ class ChatBackend(ABC):
         except MappingError as exc:
             raise InvalidRequestError(str(exc)) from exc
         params |= {"stream": True, "stream_options": {"include_usage": True}}
+        params |= self.tenant_params(request.tenant)
         mapper = ChunkMapper(
             fallback_input_tokens=token_bytes.count(request.prompt) + max(0, request.image_tokens)
         )
