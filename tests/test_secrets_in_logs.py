@@ -66,6 +66,7 @@ class Run:
     logs: dict[str, str] = field(repr=False)  # process -> its stdout and stderr
     spans: list[Span] = field(repr=False)
     replies: list[str] = field(repr=False)  # the errors and events the clients got
+    verdicts: list[str] = field(repr=False)  # the safety flags and block messages
 
 
 def models_file(folder: Path) -> Path:
@@ -112,17 +113,20 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         fake.stop()
         pytest.fail(f"the stack did not start: {exc}", pytrace=False)
     replies: list[str] = []
+    verdicts: list[str] = []
     try:
-        send_secrets(stack, fake, replies)
+        send_secrets(stack, fake, replies, verdicts)
     finally:
         stack.stop()  # every process flushes its spans and its output as it stops
         receiver.stop()
         fake.stop()
     logs = {path.stem: path.read_text(errors="replace") for path in config.log_dir.glob("*.log")}
-    yield Run(logs, receiver.spans(), replies)
+    yield Run(logs, receiver.spans(), replies, verdicts)
 
 
-def send_secrets(stack: LocalStack, fake: ChatCompletionsFake, replies: list[str]) -> None:
+def send_secrets(
+    stack: LocalStack, fake: ChatCompletionsFake, replies: list[str], verdicts: list[str]
+) -> None:
     endpoints = stack.endpoints
     client = openai.OpenAI(base_url=endpoints.base_url, api_key=TENANT_KEY, max_retries=0)
     ready_by = time.monotonic() + 30  # ready: the router may not have seen the worker yet
@@ -137,8 +141,8 @@ def send_secrets(stack: LocalStack, fake: ChatCompletionsFake, replies: list[str
 
     # Credentials in a user message and in a tool's output: flagged, answered.
     flagged = client.responses.create(model="turnpike-sim-4000", input=LEAKY_PROMPT)
-    replies.append(json.dumps(flagged.metadata))
     assert flagged.metadata and "turnpike_safety_flags" in flagged.metadata
+    verdicts.append(json.dumps(flagged.metadata))
     tool_output = client.responses.create(
         model="turnpike-sim-4000",
         input=[
@@ -156,6 +160,7 @@ def send_secrets(stack: LocalStack, fake: ChatCompletionsFake, replies: list[str
         client.responses.create(model="turnpike-sim-4000", input=f"Is this OK?\n{PRIVATE_KEY}")
     assert blocked.value.body["code"] == "content_policy_violation"
     replies.append(json.dumps(blocked.value.body))
+    verdicts.append(blocked.value.body["message"])
 
     # Wrong keys, over HTTP and at the WebSocket upgrade.
     wrong = openai.OpenAI(base_url=endpoints.base_url, api_key=WRONG_KEY, max_retries=0)
@@ -236,6 +241,17 @@ def test_no_span_holds_the_secret(run, what):
     secret = SECRETS[what]
     leaks = sorted({f"{s.service}: {s.name}" for s in run.spans if found_in_span(s, secret)})
     assert not leaks, f"{what} is in the spans {leaks}"
+
+
+DETECTED = ["an AWS access key id", "an AWS secret access key", "a GitHub token", "a private key"]
+
+
+@pytest.mark.parametrize("what", DETECTED)
+def test_no_safety_verdict_quotes_what_it_found(run, what):
+    """The flags in a response's metadata and a block's message name the kind of
+    credential found, never the credential."""
+    assert len(run.verdicts) == 2
+    assert not [verdict for verdict in run.verdicts if SECRETS[what] in verdict]
 
 
 @pytest.mark.parametrize("what", ["a private key", "the Cerebras API key", "a wrong API key"])
