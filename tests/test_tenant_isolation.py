@@ -7,7 +7,10 @@ their cancel and their event replay (test_background), conversations (test_conve
 compaction and encrypted reasoning items (test_compaction, test_reasoning, sealing in
 test_gateway_sealing), the safety service's per-conversation state (test_safety_service),
 the billing ledger (test_billing_ledger), the TokenCache's keys (test_gateway_caches), the
-worker's prefix cache (test_worker_simulator) and the dashboard (test_gateway_dashboard).
+worker's prefix cache (test_worker_simulator), the safety service's score cache
+(test_safety_servicer), a self-hosted model server's cache salt (test_worker_chat_backends),
+/v1/usage's pending_events (test_gateway_billing_outbox), what replicas share in Redis
+(containers/test_tenant_isolation_redis) and the dashboard (test_gateway_dashboard).
 
 Content-keyed caches are the subtle case: a hit tells the caller that someone sent the same
 prompt before (fewer cached tokens billed, a faster first token or verdict). Every such
