@@ -3,15 +3,16 @@
 A stack of its own runs as processes with every service logging at DEBUG (the libraries'
 own debug lines included) and exporting every span to a receiver in this test. Requests
 carry secrets of every kind the stack handles: a tenant's valid API key, wrong keys (over
-HTTP and at the WebSocket upgrade), the Cerebras key the worker calls its backend with
-(a fake Cerebras API here, which at one point quotes the wrong key it is sent, as some
-servers do), and credentials in prompts that the safety detectors find (an AWS access key,
+HTTP and at the WebSocket upgrade), the keys the worker calls its model servers with (fakes
+of Cerebras' API and of vLLM's here, which at one point quote the wrong key they are sent,
+as some servers do), the server key that seals compaction items, and credentials in prompts that the safety detectors find (an AWS access key,
 a GitHub token, a private key: flagged, or blocked). Then every process's output and every
 exported span (names, attributes, events, status messages) are searched for each secret.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ import httpx
 import openai
 import pytest
 from devstack import LocalStack, StackConfig, StackError
-from support.chat_completions_fake import ChatCompletionsFake
+from support.chat_completions_fake import VLLM, ChatCompletionsFake
 from support.otlp_receiver import Receiver, Span
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
@@ -31,6 +32,8 @@ TENANT_KEY = "sk-tenant-5c1f0e9a7b3d4e6f8a2c4b6d"
 WRONG_KEY = "sk-wrong-8e2d4c6a0f1b3d5e7a9c1e3f"
 WRONG_WS_KEY = "sk-wrong-ws-3a5c7e9b1d2f4a6c8e0b"
 CEREBRAS_KEY = "csk-backend-9d7b5f3e1c0a8e6d4b2f"
+COMPAT_KEY = "sk-selfhosted-6b4d2f0e8c6a4e2d0b9f"
+SERVER_KEY = base64.b64encode(bytes(range(100, 132))).decode()  # seals compaction items
 AWS_KEY_ID = "AKIAQ7XKZ3M2TPLW4R6N"
 AWS_SECRET = "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"
 GITHUB_TOKEN = "ghp_Z4x8Qm2Kd7Rt1Vb6Np3Lc9Hs5Wy0Fj8Ge2Ua"
@@ -46,6 +49,8 @@ SECRETS = {
     "a wrong API key": WRONG_KEY,
     "a wrong key at the WebSocket upgrade": WRONG_WS_KEY,
     "the Cerebras API key": CEREBRAS_KEY,
+    "the OpenAI-compatible server's API key": COMPAT_KEY,
+    "the server key": SERVER_KEY,
     "an AWS access key id": AWS_KEY_ID,
     "an AWS secret access key": AWS_SECRET,
     "a GitHub token": GITHUB_TOKEN,
@@ -87,6 +92,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     receiver = Receiver(wait_s=15.0)
     port = receiver.start("127.0.0.1")
     fake = ChatCompletionsFake(api_key=CEREBRAS_KEY).start()
+    compat = ChatCompletionsFake(api_key=COMPAT_KEY, flavour=VLLM).start()
     config = StackConfig.private(
         folder,
         workers=1,
@@ -96,6 +102,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             "CEREBRAS_API_KEY": CEREBRAS_KEY,
             "CEREBRAS_BASE_URL": fake.base_url,
             "TURNPIKE_MODELS_FILE": str(models_file(folder)),
+            "TURNPIKE_OPENAI_COMPAT_BASE_URL": f"{compat.base_url}/v1",
+            "TURNPIKE_OPENAI_COMPAT_API_KEY": COMPAT_KEY,
+            "TURNPIKE_OPENAI_COMPAT_MODEL": "fake-text",
+            "TURNPIKE_SERVER_KEY": SERVER_KEY,
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
             "OTEL_EXPORTER_OTLP_INSECURE": "true",
             "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
@@ -111,15 +121,18 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     except StackError as exc:
         receiver.stop()
         fake.stop()
+        compat.stop()
         pytest.fail(f"the stack did not start: {exc}", pytrace=False)
     replies: list[str] = []
     verdicts: list[str] = []
     try:
         send_secrets(stack, fake, replies, verdicts)
+        send_to_self_hosted(stack, compat, replies)
     finally:
         stack.stop()  # every process flushes its spans and its output as it stops
         receiver.stop()
         fake.stop()
+        compat.stop()
     logs = {path.stem: path.read_text(errors="replace") for path in config.log_dir.glob("*.log")}
     yield Run(logs, receiver.spans(), replies, verdicts)
 
@@ -213,6 +226,28 @@ def send_secrets(
     assert any("backend_auth_failed" in r or "rejected the API key" in r for r in replies)
 
 
+def send_to_self_hosted(stack: LocalStack, compat: ChatCompletionsFake, replies: list[str]):
+    """The OpenAI-compatible backend with its key, then refused quoting the key it sent;
+    and compaction, which seals with the server key."""
+    client = openai.OpenAI(base_url=stack.endpoints.base_url, api_key=TENANT_KEY, max_retries=0)
+    assert client.responses.create(model="self-hosted", input="hi").status == "completed"
+    compat.api_key, compat.quote_wrong_key = "another-key", True
+    failed = client.responses.create(model="self-hosted", input="hi again")
+    assert failed.status == "failed"
+    replies.append(failed.model_dump_json())
+    turns = []
+    for n in range(4):
+        turns += [
+            {"role": "user", "content": f"question {n}"},
+            {"role": "assistant", "content": f"answer {n}"},
+        ]
+    compacted = client.responses.compact(model="turnpike-sim-4000", input=turns)
+    assert compacted.output[0].type == "compaction"
+    items = [item.model_dump(exclude_none=True, warnings=False) for item in compacted.output]
+    again = client.responses.create(model="turnpike-sim-4000", input=[*items, turns[0]])
+    assert again.status == "completed"
+
+
 def found_in_span(span: Span, secret: str) -> bool:
     texts = [span.name, span.status_message, json.dumps(span.attributes, default=str)]
     texts += [json.dumps([name, attrs], default=str) for name, attrs in span.events]
@@ -254,7 +289,15 @@ def test_no_safety_verdict_quotes_what_it_found(run, what):
     assert not [verdict for verdict in run.verdicts if SECRETS[what] in verdict]
 
 
-@pytest.mark.parametrize("what", ["a private key", "the Cerebras API key", "a wrong API key"])
+@pytest.mark.parametrize(
+    "what",
+    [
+        "a private key",
+        "the Cerebras API key",
+        "the OpenAI-compatible server's API key",
+        "a wrong API key",
+    ],
+)
 def test_no_error_or_verdict_quotes_the_secret(run, what):
     """Verdicts, refusals and backend failures as the clients got them. (A flagged
     prompt's own text may come back in its own response: it is the tenant's.)"""
