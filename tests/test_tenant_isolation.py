@@ -62,19 +62,24 @@ def safety_cache_hits(stack) -> float:
     )
 
 
-def test_an_identical_prompt_of_another_tenant_never_hits_a_cache(stack):
-    alice, bob = client(stack, "alice"), client(stack, "bob")
-    # Alice's prompt reaches every worker (a routing key per request), so wherever bob's
-    # request goes, a worker there holds her prompt: only the tenant tells them apart.
+def on_every_worker(stack, alice: OpenAI, prompt: str, **extra):
+    """Alice's prompt sent until every worker holds it (a routing key per request), so
+    wherever bob's request goes, a worker there holds her prompt: only the tenant tells
+    them apart. The last response."""
     workers: set[str] = set()
     for n in range(8):
-        first = alice.responses.create(
-            model=MODEL, input=PROMPT, prompt_cache_key=f"warm-{n}", max_output_tokens=16
+        response = alice.responses.create(
+            model=MODEL, input=prompt, prompt_cache_key=f"warm-{n}", max_output_tokens=16, **extra
         )
-        workers.add(first.model_extra["turnpike"]["worker_id"])
+        workers.add(response.model_extra["turnpike"]["worker_id"])
         if workers == set(stack.workers):
-            break
-    assert workers == set(stack.workers)
+            return response
+    pytest.fail(f"alice's prompt reached only {sorted(workers)}")
+
+
+def test_an_identical_prompt_of_another_tenant_never_hits_a_cache(stack):
+    alice, bob = client(stack, "alice"), client(stack, "bob")
+    first = on_every_worker(stack, alice, PROMPT)
     token_hits, prefix_hits = token_cache_hits(stack), prefix_cache_hits(stack)
     safety_hits = safety_cache_hits(stack)
     bobs = bob.responses.create(model=MODEL, input=PROMPT, max_output_tokens=16)
@@ -85,7 +90,7 @@ def test_an_identical_prompt_of_another_tenant_never_hits_a_cache(stack):
     assert prefix_cache_hits(stack) == prefix_hits
     assert safety_cache_hits(stack) == safety_hits
     assert bobs.usage.input_tokens == first.usage.input_tokens
-    # Alice's own repeat hits both.
+    # Alice's own repeat hits all three.
     again = alice.responses.create(model=MODEL, input=PROMPT, max_output_tokens=16)
     assert cached_tokens(again) > 0
     assert token_cache_hits(stack) == token_hits + 1
@@ -93,6 +98,20 @@ def test_an_identical_prompt_of_another_tenant_never_hits_a_cache(stack):
     assert safety_cache_hits(stack) == safety_hits + 1
     # And bob's own repeat finds his own.
     assert cached_tokens(bob.responses.create(model=MODEL, input=PROMPT, max_output_tokens=16))
+
+
+def test_on_the_legacy_path_too_the_prefix_cache_is_per_tenant(stack):
+    """The legacy pipeline reaches the worker through the imageres proxy, which passes the
+    tenant on."""
+    legacy = {"extra_headers": {"x-turnpike-pipeline": "legacy"}}
+    alice, bob = client(stack, "alice"), client(stack, "bob")
+    prompt = "Legacy: " + PROMPT
+    on_every_worker(stack, alice, prompt, **legacy)
+    bobs = bob.responses.create(model=MODEL, input=prompt, max_output_tokens=16, **legacy)
+    assert bobs.model_extra["turnpike"]["pipeline"] == "legacy"
+    assert cached_tokens(bobs) == 0
+    again = alice.responses.create(model=MODEL, input=prompt, max_output_tokens=16, **legacy)
+    assert cached_tokens(again) > 0
 
 
 def test_a_routing_key_of_another_tenant_is_its_own(stack):
