@@ -185,6 +185,14 @@ def send_secrets(
     )
     assert usage.status_code == 401
     replies.append(usage.text)
+    for header in (f"Basic {WRONG_KEY}", f"Bearer {WRONG_KEY} trailing", WRONG_KEY):
+        malformed = httpx.post(
+            f"{endpoints.base_url}/responses",
+            headers={"Authorization": header},
+            json={"model": "turnpike-sim-4000", "input": "hi"},
+        )
+        assert malformed.status_code == 401
+        replies.append(malformed.text)
     with pytest.raises(InvalidStatus) as upgrade:
         ws_connect(
             endpoints.ws_url,
