@@ -5,6 +5,7 @@ before it serves anything and without a traceback."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 
 import pytest
@@ -18,6 +19,7 @@ from turnpike.config import (
     env_bool,
     env_float,
     env_int,
+    log_level,
 )
 
 # -- the readers -------------------------------------------------------------------------
@@ -121,3 +123,13 @@ def test_every_service_exits_2_naming_a_bad_port(service):
 def test_service_specific_settings_fail_the_same_way(service, variable, value):
     code, err = run_with(service, {variable: value})
     assert_configuration_error(service, code, err, variable)
+
+
+def test_the_log_level_is_one_of_four_names(monkeypatch):
+    monkeypatch.setenv("TURNPIKE_LOG_LEVEL", "debug")
+    assert log_level() == logging.DEBUG
+    monkeypatch.delenv("TURNPIKE_LOG_LEVEL")
+    assert log_level() == logging.INFO
+    monkeypatch.setenv("TURNPIKE_LOG_LEVEL", "loud")
+    with pytest.raises(ConfigError, match="TURNPIKE_LOG_LEVEL='LOUD'"):
+        log_level()

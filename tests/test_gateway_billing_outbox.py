@@ -63,8 +63,8 @@ class SlowBilling(Billing):
         self.recorded += [e.event_id for e in events]
 
 
-def usage(n: int) -> billing_pb2.UsageEvent:
-    return billing_pb2.UsageEvent(event_id=f"resp_{n}", tenant="dev")
+def usage(n: int, tenant: str = "dev") -> billing_pb2.UsageEvent:
+    return billing_pb2.UsageEvent(event_id=f"resp_{n}", tenant=tenant)
 
 
 async def test_a_full_outbox_holds_the_next_record_back_instead_of_dropping_it() -> None:
@@ -83,6 +83,23 @@ async def test_a_full_outbox_holds_the_next_record_back_instead_of_dropping_it()
     await asyncio.wait_for(fourth, 5)
     await outbox.close(timeout=5)
     assert billing.recorded == ["resp_1", "resp_2", "resp_3", "resp_4"]
+
+
+async def test_each_tenant_sees_only_its_own_events_waiting() -> None:
+    """What /v1/usage reports as pending_events: another tenant's backlog is not the
+    caller's business (nor a measure of its traffic)."""
+    billing = Billing()
+    outbox = BillingOutbox(billing, max_backoff_s=0.01)
+    outbox.start()
+    await outbox.submit(usage(1, "alice"))
+    await billing.called.wait()  # in a delivery attempt: still waiting to be billed
+    await outbox.submit(usage(2, "alice"))
+    await outbox.submit(usage(3, "bob"))
+    assert (outbox.pending_of("alice"), outbox.pending_of("bob")) == (2, 1)
+    assert outbox.pending_of("carol") == 0
+    billing.up.set()
+    await outbox.close(timeout=5)
+    assert (outbox.pending_of("alice"), outbox.pending_of("bob")) == (0, 0)
 
 
 async def test_a_record_billing_refuses_on_the_request_path_is_queued() -> None:

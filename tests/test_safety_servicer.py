@@ -27,9 +27,11 @@ def output(item_id: str, chars: int) -> Item:
     return Item(kind=Item.FUNCTION_CALL_OUTPUT, id=item_id, name="read_file", text=text)
 
 
-def request(mode: int, items: list[Item], fast: bool = True) -> safety_pb2.ClassifyRequest:
+def request(
+    mode: int, items: list[Item], fast: bool = True, tenant: str = "acme"
+) -> safety_pb2.ClassifyRequest:
     return safety_pb2.ClassifyRequest(
-        tenant="acme", conversation_id="conv", mode=mode, fast_path=fast, items=items
+        tenant=tenant, conversation_id="conv", mode=mode, fast_path=fast, items=items
     )
 
 
@@ -103,6 +105,20 @@ def test_look_up_leaves_only_uncached_texts_to_score(classifier: ProfanityClassi
     assert evidence == engine.analyze([*seen, new], fast=True)
     # Without the fast path nothing comes from the cache.
     assert engine.look_up(seen).chars_to_score == sum(len(i.text) for i in seen)
+
+
+async def test_the_score_cache_never_serves_another_tenant(classifier) -> None:
+    """A text another tenant sent is scored anew (the same work, the same time), so how
+    fast a verdict comes says nothing about what another tenant sent."""
+    servicer = SafetyServicer(SafetyEngine(classifier, Thresholds(), ConversationStore(10)))
+    scored = "turnpike_safety_texts_scored_total"
+    by_model, from_cache = Delta(scored, source="model"), Delta(scored, source="cache")
+    items = [output("secret", 2000)]
+    await servicer.Classify(request(safety_pb2.FULL, items, tenant="alice"), None)
+    await servicer.Classify(request(safety_pb2.FULL, items, tenant="bob"), None)
+    assert (by_model.change, from_cache.change) == (2, 0)
+    await servicer.Classify(request(safety_pb2.FULL, items, tenant="alice"), None)
+    assert (by_model.change, from_cache.change) == (2, 1)
 
 
 async def test_scores_sources_and_decisions_are_counted(classifier: ProfanityClassifier) -> None:

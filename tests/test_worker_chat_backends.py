@@ -267,6 +267,43 @@ async def test_wrong_api_key_is_backend_auth_failed(fake, make_backend) -> None:
     assert len(fake.requests) == 1
 
 
+async def test_a_self_hosted_servers_prefix_cache_is_salted_per_tenant(
+    fake, make_backend, backend_name
+) -> None:
+    """vLLM reuses a cached prefix only for requests with the same cache_salt: each tenant
+    gets its own (a hash: the tenant's name does not leave Turnpike). Cerebras takes no
+    salt (its cache is per organization), so none is sent there."""
+    backend = make_backend()
+    for tenant in ("alice", "bob", "alice"):
+        await run(backend, request("fake-text", tenant=tenant))
+    salts = [sent.body.get("cache_salt") for sent in fake.requests]
+    if backend_name == CEREBRAS:
+        assert salts == [None, None, None]
+        return
+    assert salts[0] == salts[2] and salts[0] != salts[1]
+    assert all(salts) and not any(t in s for s in salts for t in ("alice", "bob"))
+    fake.requests.clear()  # switched off (TURNPIKE_OPENAI_COMPAT_CACHE_SALT=false): none
+    await run(make_backend(cache_salt=False), request("fake-text", tenant="alice"))
+    assert "cache_salt" not in fake.requests[0].body
+
+
+async def test_a_401_quoting_the_api_key_reaches_no_one_with_the_key(
+    fake, make_backend, caplog
+) -> None:
+    """The backend's key is a secret: redacted from the message the client, the log and
+    the trace get, whatever the server put in it."""
+    key = "csk-0123456789-secret-backend-key"
+    fake.quote_wrong_key = True
+    try:
+        events = await run(make_backend(api_key=key), request("fake-text"))
+    finally:
+        fake.quote_wrong_key = False
+    [event] = events
+    assert event.error.code == "backend_auth_failed"
+    assert key not in event.error.message and "[redacted]" in event.error.message
+    assert key not in caplog.text
+
+
 async def test_client_errors_are_rejected_with_the_backend_message(fake, make_backend) -> None:
     events = await run(make_backend(), request("fake-bad-request"))
     error = events[0].error

@@ -31,10 +31,12 @@ def request(
     seed=1,
     tool_choice="",
     model="turnpike-sim",
+    tenant="dev",
 ) -> pb.GenerateRequest:
     return pb.GenerateRequest(
         request_id="resp_1",
         model=model,
+        tenant=tenant,
         prompt=token_bytes.pack(prompt),
         items=items if items is not None else [user("Tell me about Zürich cafés ☕")],
         tools=list(tools),
@@ -208,20 +210,19 @@ async def test_cache_is_per_model() -> None:
     assert other.usage.cached_tokens == 0
 
 
-async def test_cache_is_per_tenant() -> None:
-    """The gateway scopes the cache by tenant: another tenant's identical prompt is
-    not cached (its cached_tokens would tell what the first tenant sent)."""
+async def test_cache_is_per_tenant_and_a_hit_never_crosses_tenants() -> None:
+    """Another tenant's identical prompt is a miss (no cached tokens, the full prefill
+    time): its usage and its timing say nothing about what tenant A sent."""
     backend = make_backend()
-
-    def scoped(scope: str) -> pb.GenerateRequest:
-        req = request(prompt=range(640))
-        req.cache_scope = scope
-        return req
-
-    await run(backend, scoped("alice"))
-    bob = (await run(backend, scoped("bob")))[-1].finished
-    again = (await run(backend, scoped("alice")))[-1].finished
-    assert (bob.usage.cached_tokens, again.usage.cached_tokens) == (0, 640)
+    prompt = list(range(6400))
+    alice = request(prompt=prompt, prefill_tps=20_000.0, tenant="alice")
+    bob = request(prompt=prompt, prefill_tps=20_000.0, tenant="bob")
+    await run(backend, alice)
+    bobs = (await run(backend, bob))[-1].finished
+    assert bobs.usage.cached_tokens == 0
+    assert bobs.timings.prefill_ms >= 0.25 * 1000  # prefilled in full, like a cold prompt
+    assert (await run(backend, alice))[-1].finished.usage.cached_tokens == 6400
+    assert (await run(backend, bob))[-1].finished.usage.cached_tokens == 6400
 
 
 async def test_error_rate_knob() -> None:

@@ -21,6 +21,7 @@ from turnpike.config import (
     SERVER_KEY_VARIABLE,
     GatewaySettings,
     exit_on_config_error,
+    log_level,
 )
 
 from gateway.tenants import TenantDirectory
@@ -29,9 +30,7 @@ log = logging.getLogger(__name__)
 
 
 def main() -> None:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=log_level(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = GatewaySettings()  # every setting read (and checked) before serving
     TenantDirectory.from_settings(settings)  # and the tenants file: a bad one stops here
     shared_folder = None

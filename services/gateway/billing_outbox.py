@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from dataclasses import dataclass
 
 import grpc
@@ -76,6 +77,9 @@ class BillingOutbox:
         self._task: asyncio.Task[None] | None = None
         self.delivered = 0
         self.rejected = 0
+        # Events not yet billed (queued or in a delivery attempt), per tenant: a tenant is
+        # told its own backlog only.
+        self._waiting: Counter[str] = Counter()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="billing outbox")
@@ -90,11 +94,16 @@ class BillingOutbox:
         if self._queue.full():
             log.warning("billing outbox full (%d events waiting); waiting for room", self.pending)
         await self._queue.put(QueuedUsage(event, origin))
+        self._waiting[event.tenant] += 1
         metrics.BILLING_OUTBOX_BACKLOG.inc()
 
     @property
     def pending(self) -> int:
         return self._queue.qsize()
+
+    def pending_of(self, tenant: str) -> int:
+        """``tenant``'s events not billed yet (queued or being delivered)."""
+        return self._waiting.get(tenant, 0)
 
     async def record_now(
         self, event: billing_pb2.UsageEvent, origin: SpanContext | None = None
@@ -113,7 +122,10 @@ class BillingOutbox:
             batch = await self._next_batch()
             await self._deliver_until_done(batch)
             metrics.BILLING_OUTBOX_BACKLOG.dec(len(batch))
-            for _ in batch:
+            for item in batch:
+                self._waiting[item.event.tenant] -= 1
+                if not self._waiting[item.event.tenant]:
+                    del self._waiting[item.event.tenant]
                 self._queue.task_done()
 
     async def _deliver_until_done(self, batch: list[QueuedUsage]) -> None:

@@ -225,7 +225,6 @@ class ResponseEngine:
             parallel_tool_calls=request.parallel_tool_calls,
             max_tool_calls=request.max_tool_calls,
             verbosity=request.verbosity,
-            cache_scope=prepared.ctx.tenant,
             sampling=inference_pb2.SamplingParams(
                 temperature=request.temperature,
                 top_p=request.top_p,
@@ -243,6 +242,7 @@ class ResponseEngine:
             text_format=request.proto_text_format,
             reasoning_effort=(request.reasoning or {}).get("effort") or "",
             reasoning_summary=(request.reasoning or {}).get("summary") or "",
+            tenant=prepared.ctx.tenant,  # scopes the worker's prefix cache
         )
         excluded: list[str] = []
         for attempt in range(MAX_WORKER_ATTEMPTS):

@@ -328,7 +328,7 @@ async def usage_totals(request: Request) -> Response:
             "input_tokens": totals.input_tokens,
             "cached_tokens": totals.cached_tokens,
             "output_tokens": totals.output_tokens,
-            "pending_events": gw.outbox.pending,
+            "pending_events": gw.outbox.pending_of(tenant),
             "by_model": [
                 {
                     "model": m.model,

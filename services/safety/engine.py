@@ -87,10 +87,12 @@ class Pending:
 
 
 class ScoreCache:
-    """Scores and detections of texts already analysed, by content hash (LRU, bounded).
+    """Scores and detections of texts already analysed, by tenant and content hash (LRU,
+    bounded).
 
     A conversation re-sent in full (HTTP follow-ups, stateless clients) is mostly text
-    scored before: the fast path scores each distinct text once. Thread-safe, since
+    scored before: the fast path scores each distinct text once. Keyed by tenant too, so
+    a verdict's speed never tells one tenant what another sent. Thread-safe, since
     ``SafetyEngine.complete`` may run in a worker thread."""
 
     def __init__(self, capacity: int) -> None:
@@ -99,8 +101,10 @@ class ScoreCache:
         self.hits = self.misses = 0
 
     @staticmethod
-    def key(text: str) -> bytes:
-        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    def key(tenant: str, text: str) -> bytes:
+        digest = hashlib.blake2b(tenant.encode("utf-8", "surrogatepass"), digest_size=16)
+        digest.update(b"\0" + text.encode("utf-8", "surrogatepass"))
+        return digest.digest()
 
     def get(self, key: bytes) -> tuple | None:
         with self._lock:
@@ -139,11 +143,13 @@ class SafetyEngine:
         items: Sequence[Item],
         fast: bool = False,
         validated: list[tuple[str, str]] | None = None,
+        tenant: str = "",
     ) -> Pending:
         """The first step of ``analyze``: each item's text, and on the fast path what the
-        score cache holds for it. Cheap (a hash per text); ``complete`` does the scoring."""
+        score cache holds for it (``tenant``'s entries only). Cheap (a hash per text);
+        ``complete`` does the scoring."""
         kinds_texts = validated if validated is not None else self.validate(items)
-        keys = [self.cache.key(text) for _, text in kinds_texts] if fast else []
+        keys = [self.cache.key(tenant, text) for _, text in kinds_texts] if fast else []
         found = [self.cache.get(key) for key in keys] if fast else [None] * len(kinds_texts)
         return Pending(items, kinds_texts, fast, found, keys)
 
@@ -180,11 +186,12 @@ class SafetyEngine:
         items: Sequence[Item],
         fast: bool = False,
         validated: list[tuple[str, str]] | None = None,
+        tenant: str = "",
     ) -> list[ItemEvidence]:
         """Evidence for every item. ``fast``: the fused model, and texts seen before are
         taken from the score cache (the same numbers: scoring is deterministic).
         ``validated``: what ``validate`` returned for these items, if the caller has it."""
-        return self.complete(self.look_up(items, fast, validated))
+        return self.complete(self.look_up(items, fast, validated, tenant))
 
     def record(
         self, tenant: str, conversation_id: str, mode: Mode, evidence: Sequence[ItemEvidence]
@@ -204,4 +211,4 @@ class SafetyEngine:
         self, tenant: str, conversation_id: str, mode: Mode, items: Sequence[Item]
     ) -> Outcome:
         """Both steps in one call (for callers that are not on an event loop)."""
-        return self.record(tenant, conversation_id, mode, self.analyze(items))
+        return self.record(tenant, conversation_id, mode, self.analyze(items, tenant=tenant))

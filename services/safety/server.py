@@ -43,9 +43,9 @@ class SafetyServicer(safety_pb2_grpc.SafetyServicer):
         engine = self._engine
         if not request.fast_path or sum(len(t) for _, t in validated) > LOOK_UP_INLINE_CHARS:
             return await asyncio.to_thread(
-                engine.analyze, request.items, request.fast_path, validated
+                engine.analyze, request.items, request.fast_path, validated, request.tenant
             )
-        pending = engine.look_up(request.items, True, validated)
+        pending = engine.look_up(request.items, True, validated, request.tenant)
         if pending.chars_to_score <= INLINE_TEXT_CHARS:
             return engine.complete(pending)
         return await asyncio.to_thread(engine.complete, pending)

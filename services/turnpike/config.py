@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -93,6 +94,19 @@ def _address(raw: str) -> str:
 
 def env_str(name: str, default: str) -> str:
     return os.environ.get(name, default)
+
+
+LOG_LEVEL_VARIABLE = "TURNPIKE_LOG_LEVEL"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def log_level() -> int:
+    """``TURNPIKE_LOG_LEVEL``, every service's logging level: DEBUG, INFO (the default),
+    WARNING or ERROR. DEBUG includes the libraries' own debug lines."""
+    raw = env_str(LOG_LEVEL_VARIABLE, "INFO").strip().upper() or "INFO"
+    if raw not in LOG_LEVELS:
+        raise ConfigError.invalid(LOG_LEVEL_VARIABLE, raw, f"not one of {', '.join(LOG_LEVELS)}")
+    return logging.getLevelNamesMapping()[raw]
 
 
 def env_int(name: str, default: int) -> int:
@@ -466,6 +480,11 @@ class WorkerSettings:
     )
     openai_compat_timeout_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_OPENAI_COMPAT_TIMEOUT_S", 60.0)
+    )
+    # A cache_salt per tenant on every request (vLLM's prefix-cache isolation); off for a
+    # server that refuses the field.
+    openai_compat_cache_salt: bool = field(
+        default_factory=lambda: env_bool("TURNPIKE_OPENAI_COMPAT_CACHE_SALT", True)
     )
 
     def __post_init__(self) -> None:

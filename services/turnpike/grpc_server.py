@@ -13,7 +13,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from turnpike import metrics, telemetry
-from turnpike.config import GrpcServerSettings
+from turnpike.config import GrpcServerSettings, log_level
 from turnpike.grpc_metrics import RpcMetricsInterceptor
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ Register = Callable[[grpc.aio.Server], None]
 
 def configure_logging() -> None:
     logging.basicConfig(
-        level=logging.INFO,
+        level=log_level(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 

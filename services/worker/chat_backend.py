@@ -43,7 +43,7 @@ import random
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
 
 import httpx
@@ -146,6 +146,11 @@ class ChatBackend(ABC):
     def read_error(self, exc: Exception) -> UpstreamError | None:
         """What the SDK's exception says; None for an exception that is not the SDK's."""
 
+    def tenant_params(self, tenant: str) -> dict[str, Any]:
+        """What keeps this tenant's prompts apart on the server (its caches), if the
+        server takes anything for that."""
+        return {}
+
     def reported_timings(self, chunk: Mapping[str, Any]) -> ReportedTimings | None:
         """Timings the backend put in this chunk, if it reports any."""
         return None
@@ -166,6 +171,7 @@ class ChatBackend(ABC):
         except MappingError as exc:
             raise InvalidRequestError(str(exc)) from exc
         params |= {"stream": True, "stream_options": {"include_usage": True}}
+        params |= self.tenant_params(request.tenant)
         mapper = ChunkMapper(
             fallback_input_tokens=token_bytes.count(request.prompt) + max(0, request.image_tokens),
             max_tool_calls=call_limit(request),
@@ -188,7 +194,9 @@ class ChatBackend(ABC):
                                 first_delta = last_delta
                         yield event
             except Exception as exc:  # every failure becomes one Error event
-                failure = self._failure(exc, opened=stream is not None, output=mapper.emitted)
+                failure = self._redacted(
+                    self._failure(exc, opened=stream is not None, output=mapper.emitted)
+                )
             finally:
                 if stream is not None:
                     await stream.close()  # also when the caller cancels or goes away
@@ -239,6 +247,15 @@ class ChatBackend(ABC):
         )
 
     # -- failures --------------------------------------------------------------------
+
+    def _redacted(self, failure: Failure) -> Failure:
+        """The failure without this backend's API key: some servers quote the key they
+        were sent in their 401 message, and the message goes to the log, the trace and
+        the client."""
+        key = getattr(self._client, "api_key", None)
+        if not isinstance(key, str) or len(key) < 4 or key not in failure.message:
+            return failure
+        return replace(failure, message=failure.message.replace(key, "[redacted]"))
 
     def _failure(self, exc: Exception, *, opened: bool, output: bool) -> Failure:
         upstream = self.read_error(exc)

@@ -7,6 +7,8 @@ Configured by the server's base URL (with its ``/v1``, as these servers document
 an API key (a server started without one ignores it) and the model name the server
 knows (``--served-model-name``); without a name, the router's model id is sent as is.
 
+Each tenant's prompts get a ``cache_salt`` of their own (vLLM's prefix-cache isolation).
+
 An in-stream error event reaches us as the SDK's ``APIError`` without a status; these
 servers put the HTTP status in the error's ``code`` (``{"error": {"message", "type",
 "code": 429}}``), so that classifies it. The servers report no timings: ours stand in.
@@ -14,6 +16,7 @@ servers put the HTTP status in the error's ``code`` (``{"error": {"message", "ty
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,10 +40,17 @@ class OpenAICompatibleBackend(ChatBackend):
     label = "OpenAI-compatible server"
 
     def __init__(
-        self, worker_id: str, client: AsyncOpenAI, *, model: str = "", **kwargs: Any
+        self,
+        worker_id: str,
+        client: AsyncOpenAI,
+        *,
+        model: str = "",
+        cache_salt: bool = True,
+        **kwargs: Any,
     ) -> None:
         super().__init__(worker_id, client, **kwargs)
         self.model = model  # the server's name for the model; empty: the request's
+        self.cache_salt = cache_salt
 
     @classmethod
     def from_settings(cls, settings: WorkerSettings) -> OpenAICompatibleBackend | None:
@@ -62,6 +72,7 @@ class OpenAICompatibleBackend(ChatBackend):
             settings.worker_id,
             client,
             model=settings.openai_compat_model,
+            cache_salt=settings.openai_compat_cache_salt,
             max_retries=settings.openai_compat_max_retries,
         )
 
@@ -69,6 +80,16 @@ class OpenAICompatibleBackend(ChatBackend):
         if self.model:
             params = {**params, "model": self.model}
         return await super().open_stream(params)
+
+    def tenant_params(self, tenant: str) -> dict[str, Any]:
+        """vLLM's ``cache_salt``: a cached prefix is reused only by requests with the same
+        salt, so one tenant's prompts are never a cache hit (cached tokens, a faster first
+        token) for another. A hash, so the tenant's name stays here. Off
+        (``TURNPIKE_OPENAI_COMPAT_CACHE_SALT=false``) for a server that refuses the field."""
+        if not tenant or not self.cache_salt:
+            return {}
+        salt = hashlib.blake2b(tenant.encode(), digest_size=16, person=b"turnpike-salt").hexdigest()
+        return {"extra_body": {"cache_salt": salt}}
 
     def read_error(self, exc: Exception) -> UpstreamError | None:
         known = sdk_error(exc, APIStatusError, APIConnectionError)

@@ -143,8 +143,7 @@ class SimulatorBackend:
         thought_chunks = token_chunks(thought, self._encoding.decode)
 
         prompt = token_bytes.unpack(request.prompt)
-        namespace = f"{request.model}\x1f{request.cache_scope}"  # tenants share no entries
-        cached = self.cache.lookup_and_insert(prompt, namespace=namespace)
+        cached = self.cache.lookup_and_insert(prompt, namespace=cache_namespace(request))
         metrics.SIMULATOR_PREFIX_CACHE.lookup(cached)
         input_tokens = len(prompt) + request.image_tokens
         prefill_s = request.ttft_ms / 1000 + (input_tokens - cached) / (
@@ -250,3 +249,10 @@ def _first_tokens(chunks: list[Chunk], count: int) -> list[Chunk]:
         kept.append(chunk)
         total += chunk.tokens
     return kept
+
+
+def cache_namespace(request: pb.GenerateRequest) -> str:
+    """The prefix cache's namespace: the model and the tenant. A hit never crosses tenants,
+    so neither cached_tokens nor the time to first token tells one tenant what another
+    sent. (Model ids and tenant names hold no NUL.)"""
+    return f"{request.model}\0{request.tenant}"

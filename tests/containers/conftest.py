@@ -221,8 +221,11 @@ def container_stack(images: Images, otlp: Receiver) -> Iterator[ContainerStack]:
         # Export within a fifth of a second, so the tests wait little.
         "OTEL_BSP_SCHEDULE_DELAY": "200",
     }
+    # A project of its own per run; COMPOSE_PROJECT_NAME (as for `make images`) names it,
+    # so runs from several checkouts are told apart.
+    prefix = os.environ.get("COMPOSE_PROJECT_NAME") or "turnpike"
     compose = deploy_compose.Compose(
-        project=f"turnpike-test-{os.getpid()}", env=env, profiles=["redis"], quiet=True
+        project=f"{prefix}-test-{os.getpid()}", env=env, profiles=["redis"], quiet=True
     )
     begin = time.monotonic()
     try:

@@ -72,6 +72,20 @@ def test_turnpike_containers_run_read_only(compose):
         assert service["read_only"] is True and service["tmpfs"] == ["/tmp"], name
 
 
+def test_every_container_is_hardened(compose):
+    """Read-only root file system, every capability dropped, no privilege gained through
+    setuid, never root: for Turnpike's containers and the third-party ones alike (their
+    users: the images' own, checked running by test_container_security)."""
+    for name, service in compose["services"].items():
+        assert service["read_only"] is True, name
+        assert service["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in service["security_opt"], name
+        assert not service.get("cap_add") and not service.get("privileged"), name
+        assert str(service.get("user", "")).split(":")[0] not in ("root", "0"), name
+        assert service.get("network_mode") != "host" and service.get("pid") != "host", name
+    assert compose["services"]["redis"]["user"] == "redis"  # the official image's too
+
+
 def test_only_the_gateway_prometheus_and_the_jaeger_ui_are_published(compose):
     published = {name: s["ports"] for name, s in compose["services"].items() if s.get("ports")}
     assert set(published) == {"gateway", "prometheus", "jaeger"}

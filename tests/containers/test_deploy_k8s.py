@@ -116,6 +116,22 @@ def test_containers_run_as_non_root_with_probes_and_resources():
             assert container["image"] == f"turnpike/{workload}:local"
 
 
+def test_no_pod_reaches_the_node_and_only_scratch_or_data_is_writable():
+    """Beside the security contexts above: nothing of the node (its network, processes,
+    file system), no privileged container, and the only volumes are scratch space
+    (emptyDir) and the ledger's claim."""
+    for workload, pod, container in containers():
+        for shared in ("hostNetwork", "hostPID", "hostIPC"):
+            assert not pod.get(shared), (workload, shared)
+        assert not container["securityContext"].get("privileged"), workload
+        assert not container["securityContext"]["capabilities"].get("add"), workload
+        for volume in pod.get("volumes", []):
+            kinds = set(volume) - {"name"}
+            assert kinds <= {"emptyDir", "persistentVolumeClaim"}, (workload, volume)
+        for mount in container.get("volumeMounts", []):
+            assert mount["mountPath"] in ("/tmp", "/var/lib/turnpike/billing", "/data"), mount
+
+
 def mebibytes(quantity: str) -> int:
     number, unit = re.fullmatch(r"(\d+)(Mi|Gi)", quantity).groups()
     return int(number) * (1024 if unit == "Gi" else 1)

@@ -30,8 +30,8 @@ Where the two differ:
   as ``{"error": {message, type, param, code: N}}``.
 
 The scenario is the request's ``model`` (see ``SCENARIOS``). Requests are checked
-against ``api_key`` (``Authorization: Bearer <key>``; 401 otherwise; None checks
-nothing) and recorded in
+against ``api_key`` (``Authorization: Bearer <key>``; 401 otherwise, quoting the key
+presented with ``quote_wrong_key``; None checks nothing) and recorded in
 ``requests`` so tests can assert what the adapter sent.
 """
 
@@ -124,6 +124,8 @@ class ChatCompletionsFake:
     rate_limit_failures: int = 1
     rate_limit_headers: dict[str, str] = field(default_factory=lambda: {"retry-after-ms": "200"})
     attempts: Counter = field(default_factory=Counter)
+    # A wrong key's 401 quotes the key presented, as some servers do.
+    quote_wrong_key: bool = False
 
     def __post_init__(self) -> None:
         self.disconnected = threading.Event()  # set with each entry of `disconnects`
@@ -180,7 +182,13 @@ class ChatCompletionsFake:
         if self.api_key is not None and (
             request.headers.get("authorization") != f"Bearer {self.api_key}"
         ):
-            return self._api_error(401, "Wrong API Key", "invalid_request_error", "wrong_api_key")
+            presented = request.headers.get("authorization", "").removeprefix("Bearer ")
+            message = (
+                f"Incorrect API key provided: {presented}."
+                if self.quote_wrong_key
+                else "Wrong API Key"
+            )
+            return self._api_error(401, message, "invalid_request_error", "wrong_api_key")
         model = body.get("model", "")
         self.attempts[model] += 1
         if model == "fake-rate-limited" or (

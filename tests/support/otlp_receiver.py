@@ -42,6 +42,9 @@ class Span:
     links: tuple[tuple[str, str], ...]  # (trace id, span id)
     start_ns: int = 0
     end_ns: int = 0
+    # Its events (name and attributes: a recorded exception's message) and status message.
+    events: tuple[tuple[str, dict], ...] = ()
+    status_message: str = ""
 
 
 def _value(any_value) -> object:
@@ -78,6 +81,11 @@ class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
                             links=tuple((ln.trace_id.hex(), ln.span_id.hex()) for ln in span.links),
                             start_ns=span.start_time_unix_nano,
                             end_ns=span.end_time_unix_nano,
+                            events=tuple(
+                                (e.name, {a.key: _value(a.value) for a in e.attributes})
+                                for e in span.events
+                            ),
+                            status_message=span.status.message,
                         )
                     )
         with self._lock:
