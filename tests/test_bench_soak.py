@@ -22,7 +22,7 @@ def _bench_importable(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_rss_of_a_live_process_and_of_a_gone_one() -> None:
     from bench.soak.memory import rss_bytes
 
-    assert rss_bytes(os.getpid()) > 10 * 1024 * 1024
+    assert rss_bytes(os.getpid()) > 1024 * 1024
     assert rss_bytes(2**22 + 12345) is None
 
 

@@ -1,8 +1,11 @@
 """Resident memory of the stack's processes, sampled, and what the samples say.
 
-RSS comes from ``/proc/<pid>/status`` (``VmRSS``), so nothing is installed for it and a
-sample costs microseconds. Processes that share a service's port (``gateway#2``: the
-processes of one gateway) are summed under the service's name.
+The measure is anonymous resident memory (``RssAnon`` in ``/proc/<pid>/status``): the
+heap, where a leak shows. Total RSS also counts file-backed pages (shared libraries, mapped
+code) that the kernel drops and reloads as other programs need memory, which moves every
+process's figure at once for reasons of the machine's, not the stack's. Nothing is
+installed for it and a sample costs microseconds. Processes that share a service's port
+(``gateway#2``: the processes of one gateway) are summed under the service's name.
 """
 
 from __future__ import annotations
@@ -20,11 +23,11 @@ STRETCH_SHARE = 0.2  # the first and last fifth of the samples after warm-up
 
 
 def rss_bytes(pid: int) -> int | None:
-    """Resident set size of one process (None when it is gone)."""
+    """Anonymous resident memory of one process (None when it is gone)."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith("RssAnon:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         return None

@@ -39,7 +39,8 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         f"{p['loops']} agent loops (half over WebSocket, half over HTTP/SSE), {p['turns']}-turn "
         f"rollouts with fresh conversations, paced at {p['rate_per_s']:g} turns/s for "
-        f"{p['duration_s']:.0f} s; resident memory (RSS) of every service every "
+        f"{p['duration_s']:.0f} s; anonymous resident memory (RssAnon: the heap, where a leak "
+        f"shows) of every service every "
         f"{p['interval_s']:g} s. The first {p['warmup_s']:.0f} s are warm-up: the stores and "
         "caches fill. After it, a service is flat when the median of the last fifth of its "
         "samples is within 10% (at least 8 MiB) of the median of the first fifth.",
@@ -87,7 +88,7 @@ def write_plot(data: dict[str, Any], out_dir: Path) -> None:
         ax.plot([x for x, _ in points], [y for _, y in points], label=service, lw=1.4)
     ax.axvspan(0, data["params"]["warmup_s"] / 60, color="#999", alpha=0.15, label="warm-up")
     ax.set_xlabel("minutes")
-    ax.set_ylabel("resident memory, MiB")
+    ax.set_ylabel("anonymous resident memory (RssAnon), MiB")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, ncol=3, loc="lower right")
