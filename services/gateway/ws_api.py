@@ -142,6 +142,7 @@ async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeli
         cache_size=settings.ws_cache_size,
         lifetime_s=settings.ws_max_lifetime_s,
         now=time.monotonic(),
+        max_input_chars=settings.max_input_chars,
     )
     conn = Connection(ws, gw, tenant, session, pipeline)
     metrics.WEBSOCKET_CONNECTIONS.inc()
