@@ -47,6 +47,7 @@ from openai_harmony import (
     ToolDescription,
 )
 from turnpike.conversation.v1.conversation_pb2 import Item, Tool
+from turnpike.token_pieces import encode_in_pieces
 from turnpike.vocab import harmony_encoding
 
 # The system message is fixed (harmony's gpt-oss defaults, pinned here so a library upgrade
@@ -229,6 +230,10 @@ class Renderer:
     def encode(self, text: str) -> list[int]:
         """Plain text as tokens; text that spells a special token is the text it is (as harmony
         encodes message text)."""
+        # Long text in pieces the encoder handles in bounded time (turnpike.token_pieces).
+        return encode_in_pieces(self._encode_whole, text)
+
+    def _encode_whole(self, text: str) -> list[int]:
         return self.encoding.encode(text, disallowed_special=())
 
     def render(self, instructions: str, tools: Sequence[Tool], items: Sequence[Item]) -> list[int]:
