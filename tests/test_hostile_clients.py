@@ -1,0 +1,244 @@
+"""Hostile and broken clients against real processes (issue 14): each gets a clear error
+or close, within a bound, and leaves the gateway serving others.
+
+The session stack answers the body-shaped cases; a gateway of its own (``guarded``) has
+short bounds (a 1 s request-head timeout, 2,000 input characters) and a captured log."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from support.gateway_process import start_gateway, stop
+from support.openresponses import validate_error_body
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect as ws_connect
+
+pytestmark = pytest.mark.stack
+
+HEAD_TIMEOUT_S = 1.0
+MAX_INPUT_CHARS = 2000
+# How long a test waits for the server to close a slow connection: far past the bound
+# (a loaded machine), far short of "forever".
+CLOSE_WITHIN_S = 15.0
+
+
+def post(base: str, key: str, raw: bytes, timeout: float = 60) -> httpx.Response:
+    return httpx.post(
+        f"{base}/responses",
+        content=raw,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        timeout=timeout,
+    )
+
+
+def expect_error(reply: httpx.Response, status: int, code: str, param: str | None) -> dict:
+    assert reply.status_code == status, reply.text[:500]
+    body = reply.json()
+    validate_error_body(body)
+    assert (body["error"]["code"], body["error"]["param"]) == (code, param), body
+    return body["error"]
+
+
+def ws(url: str, key: str):
+    return ws_connect(
+        url, additional_headers={"Authorization": f"Bearer {key}"}, max_size=None, open_timeout=10
+    )
+
+
+def next_terminal(sock) -> dict:
+    while True:
+        event = json.loads(sock.recv(timeout=60))
+        if event["type"] in ("error", "response.completed", "response.failed"):
+            return event
+
+
+# Bodies ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "code", "param"),
+    [
+        (b'{"input": ' + b"[" * 100 + b"]" * 100 + b"}", "json_too_deep", "input"),
+        (b'{"input": ' + b"[" * 10_000 + b"]" * 10_000 + b"}", "json_too_deep", None),
+        (b'{"input": "\\ud800"}', "invalid_unicode", "input"),
+        (
+            b'{"input": "hi", "previous_response_id": "\\ud800"}',
+            "invalid_unicode",
+            "previous_response_id",
+        ),
+        (json.dumps({"input": "hi", "model": "m" * 900_000}).encode(), "invalid_value", "model"),
+        (json.dumps({"input": "hi", "include": "x"}).encode(), "invalid_type", "include"),
+        (
+            json.dumps({"input": "hi", "stream_options": 1}).encode(),
+            "invalid_type",
+            "stream_options",
+        ),
+    ],
+    ids=["nested-100", "nested-10000", "surrogate-input", "surrogate-previous", "model-900k",
+         "include", "stream-options"],
+)  # fmt: skip
+def test_a_hostile_body_is_a_400_naming_its_parameter(stack, raw, code, param) -> None:
+    expect_error(post(stack.base_url, stack.api_key, raw), 400, code, param)
+
+
+def test_hostile_frames_get_error_events_and_the_socket_stays_usable(stack) -> None:
+    frames = [
+        '{"type": "response.create", "input": ' + "[" * 100 + "]" * 100 + "}",
+        '{"type": "response.create", "input": "hi", "previous_response_id": "\\ud800"}',
+        json.dumps({"type": "response.create", "input": "hi", "model": "m" * 900_000}),
+        json.dumps({"type": "response.create", "input": "hi", "stream_options": "yes"}),
+    ]
+    params = ["input", "previous_response_id", "model", "stream_options"]
+    with ws(stack.ws_url, stack.api_key) as sock:
+        for frame, param in zip(frames, params, strict=True):
+            sock.send(frame)
+            event = next_terminal(sock)
+            assert event["type"] == "error" and event["status"] == 400, event
+            assert event["error"]["param"] == param
+        sock.send(json.dumps({"type": "response.create", "input": "still there?"}))
+        assert next_terminal(sock)["type"] == "response.completed"
+
+
+def test_error_messages_do_not_echo_a_huge_or_invalid_id(stack) -> None:
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    for response_id in ("r" * 6000, "%ED%A0%80", "%00%ff"):
+        reply = httpx.get(f"{stack.base_url}/responses/{response_id}", headers=headers, timeout=30)
+        error = expect_error(reply, 404, "response_not_found", "response_id")
+        assert len(error["message"]) < 300
+
+
+@pytest.mark.parametrize("text", ["a" * 1_000_000, "\u00e9" * 100_000, " " * 1_000_000])
+def test_a_long_run_of_one_character_is_answered_and_breaks_nothing(stack, text) -> None:
+    """It took the tokenizer ~30 s, then the native encoder overflowed its stack (in the
+    worker, whose answer quoted it) and the request hung; now it renders in pieces."""
+    raw = json.dumps({"input": text}, ensure_ascii=False).encode()
+    reply = post(stack.base_url, stack.api_key, raw, 120)
+    assert reply.status_code == 200, reply.text[:500]
+    assert reply.json()["status"] == "completed"
+    assert reply.json()["usage"]["input_tokens"] > len(text) // 130
+
+
+def test_a_run_over_the_context_window_is_a_400(stack) -> None:
+    raw = json.dumps({"input": "\u00e9" * 450_000}, ensure_ascii=False).encode()
+    reply = post(stack.base_url, stack.api_key, raw, 120)
+    expect_error(reply, 400, "context_length_exceeded", "input")
+
+
+# A gateway of its own: short bounds, a captured log ----------------------------
+
+
+@pytest.fixture(scope="module")
+def guarded(stack, tmp_path_factory):
+    log = tmp_path_factory.mktemp("guarded") / "gateway.log"
+    proc, base = start_gateway(
+        stack,
+        log=log,
+        TURNPIKE_HEADER_TIMEOUT_S=str(HEAD_TIMEOUT_S),
+        TURNPIKE_MAX_INPUT_CHARS=str(MAX_INPUT_CHARS),
+    )
+    yield base, log
+    stop(proc)
+
+
+def address(base: str) -> tuple[str, int]:
+    host, port = base.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def trickle(base: str, head: bytes, interval: float = 0.2) -> tuple[bytes, float]:
+    """Send ``head`` a byte at a time, never finishing it; what the server answered and
+    how long it took to close the connection."""
+    started = time.monotonic()
+    received = b""
+    with socket.create_connection(address(base), timeout=CLOSE_WITHIN_S) as sock:
+        sock.settimeout(interval)
+        for byte in head * 1000:
+            try:
+                sock.send(bytes([byte]))
+            except OSError:
+                break  # closed by the server
+            try:
+                chunk = sock.recv(4096)
+            except TimeoutError:
+                chunk = None
+            if chunk == b"":
+                break
+            if chunk:
+                received += chunk
+            assert time.monotonic() - started < CLOSE_WITHIN_S, "the connection stayed open"
+    return received, time.monotonic() - started
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Slow: ",
+        b"GET /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-Slow: ",
+    ],
+    ids=["http", "websocket-upgrade"],
+)
+def test_a_slow_request_head_is_closed_with_408(guarded, head) -> None:
+    base, _ = guarded
+    received, took = trickle(base, head)
+    assert received.startswith(b"HTTP/1.1 408"), received
+    assert took >= HEAD_TIMEOUT_S
+    assert json.loads(received.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "request_timeout"
+
+
+def test_a_silent_connection_is_closed(guarded) -> None:
+    base, _ = guarded
+    started = time.monotonic()
+    with socket.create_connection(address(base), timeout=CLOSE_WITHIN_S) as sock:
+        assert sock.recv(4096).startswith(b"HTTP/1.1 408")
+        assert sock.recv(4096) == b""
+    assert time.monotonic() - started < CLOSE_WITHIN_S
+
+
+def test_the_head_bound_never_cuts_a_response_or_an_open_socket(guarded, stack) -> None:
+    base, _ = guarded
+    key = stack.api_key
+    with httpx.Client(timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
+        types = []
+        body = {"model": "turnpike-sim-65", "input": "tell me a long story", "stream": True}
+        with client.stream("POST", f"{base}/v1/responses", json=body) as reply:
+            for line in reply.iter_lines():
+                if line.startswith("data: {"):
+                    types.append(json.loads(line[6:])["type"])
+        assert types[-1] == "response.completed"
+        time.sleep(HEAD_TIMEOUT_S * 1.5)  # an idle keep-alive connection, then a request
+        assert client.get(f"{base}/v1/models").status_code == 200
+    with ws(base.replace("http://", "ws://") + "/v1/responses", key) as sock:
+        time.sleep(HEAD_TIMEOUT_S * 1.5)  # the upgrade is done: no head to wait for
+        sock.send(json.dumps({"type": "response.create", "input": "hi"}))
+        assert next_terminal(sock)["type"] == "response.completed"
+
+
+def test_input_over_the_character_bound_is_a_400_before_any_backend(guarded, stack) -> None:
+    base, _ = guarded
+    text = "word " * (MAX_INPUT_CHARS // 4)
+    reply = post(base + "/v1", stack.api_key, json.dumps({"input": text}).encode())
+    expect_error(reply, 400, "input_too_large", "input")
+    with ws(base.replace("http://", "ws://") + "/v1/responses", stack.api_key) as sock:
+        sock.send(json.dumps({"type": "response.create", "input": text}))
+        event = next_terminal(sock)
+        assert (event["status"], event["error"]["param"]) == (400, "input")
+        sock.send(json.dumps({"type": "response.create", "input": "short"}))
+        assert next_terminal(sock)["type"] == "response.completed"
+
+
+def test_a_refused_upgrade_logs_no_error(guarded) -> None:
+    base, log = guarded
+    url = base.replace("http://", "ws://") + "/v1/responses"
+    for headers in ({}, {"Authorization": "Bearer sk-wrong"}):
+        with pytest.raises(InvalidStatus) as refused:
+            ws_connect(url, additional_headers=headers, open_timeout=10)
+        assert refused.value.response.status_code == 401
+        validate_error_body(json.loads(refused.value.response.body))
+    time.sleep(0.5)  # let the process flush its log
+    assert "ERROR" not in Path(log).read_text()
