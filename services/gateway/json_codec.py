@@ -35,11 +35,9 @@ def parse_json(raw: bytes | str) -> Any:
         reason = str(err)
         if reason.startswith("depth limit exceeded"):
             raise bounds.too_deep_for_parser() from None
-        if "surrogate" in reason:
-            param = bounds.surrogate_param(raw)
-            where = f"'{param}'" if param else "a string"
+        if "surrogate" in reason and (param := bounds.surrogate_param(raw)) is not None:
             raise invalid(
-                f"Your request holds invalid Unicode: a lone surrogate escape in {where}.",
+                f"Your request holds invalid Unicode: a lone surrogate in '{param}'.",
                 param,
                 "invalid_unicode",
             ) from None
