@@ -19,7 +19,7 @@ T = TypeVar("T")
 INLINE_MAX_CHARS = 8 * 1024
 # Characters one request may hold (TURNPIKE_TOKENIZER_MAX_CHARS): its cost is checked
 # before any of it is encoded.
-DEFAULT_MAX_CHARS = 8 * 1024 * 1024
+DEFAULT_MAX_CHARS = 2 * 1024 * 1024
 
 
 class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):

@@ -509,10 +509,11 @@ class TokenizerSettings:
     # Characters of text one render may hold (a whole conversation: instructions, tools
     # and items); over it, RESOURCE_EXHAUSTED before any encoding. Long text is encoded
     # in bounded pieces (turnpike.token_pieces), about a second per million characters at
-    # worst, so this bounds a request's time too. A conversation this long could not
-    # fit any model's context window.
+    # worst, so this bounds a request's time, and its memory (a token list of up to one
+    # token per character), too. Twice the gateway's TURNPIKE_MAX_INPUT_CHARS: a whole
+    # conversation this long could not fit a 131,072-token context window.
     max_chars: int = field(
-        default_factory=lambda: env_int("TURNPIKE_TOKENIZER_MAX_CHARS", 8 * 1024 * 1024)
+        default_factory=lambda: env_int("TURNPIKE_TOKENIZER_MAX_CHARS", 2 * 1024 * 1024)
     )
 
 
