@@ -2,7 +2,8 @@
 or close, within a bound, and leaves the gateway serving others.
 
 The session stack answers the body-shaped cases; a gateway of its own (``guarded``) has
-short bounds (a 1 s request-head timeout, 2,000 input characters) and a captured log."""
+short bounds (a 1 s request-head timeout, 1 s of write stall, 2,000 input characters)
+and a captured log."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ import httpx
 import pytest
 from support.gateway_process import start_gateway, stop
 from support.openresponses import validate_error_body
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
 pytestmark = pytest.mark.stack
 
 HEAD_TIMEOUT_S = 1.0
+WRITE_STALL_S = 1.0
 MAX_INPUT_CHARS = 2000
 # How long a test waits for the server to close a slow connection: far past the bound
 # (a loaded machine), far short of "forever".
@@ -139,6 +141,7 @@ def guarded(stack, tmp_path_factory):
         stack,
         log=log,
         TURNPIKE_HEADER_TIMEOUT_S=str(HEAD_TIMEOUT_S),
+        TURNPIKE_WRITE_STALL_TIMEOUT_S=str(WRITE_STALL_S),
         TURNPIKE_MAX_INPUT_CHARS=str(MAX_INPUT_CHARS),
     )
     yield base, log
@@ -242,3 +245,55 @@ def test_a_refused_upgrade_logs_no_error(guarded) -> None:
         validate_error_body(json.loads(refused.value.response.body))
     time.sleep(0.5)  # let the process flush its log
     assert "ERROR" not in Path(log).read_text()
+
+
+@pytest.fixture(scope="module")
+def stalling(stack, tmp_path_factory):
+    """A gateway that aborts a connection after 1 s of write stall (and no other bound)."""
+    log = tmp_path_factory.mktemp("stalling") / "gateway.log"
+    proc, base = start_gateway(stack, log=log, TURNPIKE_WRITE_STALL_TIMEOUT_S=str(WRITE_STALL_S))
+    yield base, log
+    stop(proc)
+
+
+# Spaces render to few tokens (128 to one), so a response object echoing them is large
+# to send and cheap to make: each of created, in_progress and completed carries them.
+BULKY_INSTRUCTIONS = " " * 900_000
+
+
+def test_a_client_that_never_reads_its_socket_is_cut_off(stalling, stack) -> None:
+    """Six responses of 2.7 MB each fill every buffer (an SSE stream's one response fits
+    the kernel's; tests/test_gateway_http_protocol.py covers it on the protocol)."""
+    base, log = stalling
+    url = base.replace("http://", "ws://") + "/v1/responses"
+    with socket.socket() as raw:
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        raw.connect(address(base))
+        with ws_connect(
+            url,
+            sock=raw,
+            additional_headers={"Authorization": f"Bearer {stack.api_key}"},
+            max_size=None,
+            open_timeout=10,
+            max_queue=1,  # the client library reads no further ahead than one frame
+        ) as sock:
+            for lane in range(6):
+                frame = {
+                    "type": "response.create",
+                    "input": "hi",
+                    "instructions": BULKY_INSTRUCTIONS,
+                    "generate": False,
+                    "stream_id": f"lane-{lane}",
+                }
+                sock.send(json.dumps(frame))
+            time.sleep(5 * WRITE_STALL_S)
+            started = time.monotonic()
+            with pytest.raises(ConnectionClosed) as closed:
+                while time.monotonic() - started < CLOSE_WITHIN_S:
+                    sock.recv(timeout=CLOSE_WITHIN_S)
+            assert closed.value.rcvd is None  # aborted: no close frame for a deaf client
+    assert "aborted a connection that read nothing" in Path(log).read_text()
+    # The gateway still serves everyone else.
+    with ws(url, stack.api_key) as sock:
+        sock.send(json.dumps({"type": "response.create", "input": "hi"}))
+        assert next_terminal(sock)["type"] == "response.completed"

@@ -24,7 +24,7 @@ from turnpike.config import (
     exit_on_config_error,
 )
 
-from gateway.http_protocol import HeadTimeoutProtocol
+from gateway.http_protocol import BoundedWSProtocol, HeadTimeoutProtocol
 from gateway.tenants import TenantDirectory
 
 log = logging.getLogger(__name__)
@@ -77,9 +77,15 @@ def serve(settings: GatewaySettings) -> None:
         ws_max_size=max(4 * settings.max_frame_bytes, 16 * 1024 * 1024),
         # wsproto: a refused upgrade (401, 429) is a complete handshake to it, where
         # the websockets implementations log an ERROR for each one.
-        ws="wsproto",
-        # httptools, with a bound on the time a request's head may take (slowloris).
-        http=functools.partial(HeadTimeoutProtocol, head_timeout_s=settings.header_timeout_s),
+        # The two protocols bound slow clients (gateway.http_protocol): httptools with a
+        # bound on the time a request's head may take (slowloris), and both abort a
+        # connection whose client stopped reading.
+        ws=functools.partial(BoundedWSProtocol, write_stall_s=settings.write_stall_s),
+        http=functools.partial(
+            HeadTimeoutProtocol,
+            head_timeout_s=settings.header_timeout_s,
+            write_stall_s=settings.write_stall_s,
+        ),
         ws_per_message_deflate=settings.ws_per_message_deflate,
         log_level="warning",
         timeout_graceful_shutdown=10,

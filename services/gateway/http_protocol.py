@@ -1,4 +1,14 @@
-"""uvicorn's HTTP protocol with a bound on the time to receive a request's head.
+"""uvicorn's HTTP and WebSocket protocols with bounds on slow clients.
+
+Write stalls: a client that stops reading (its SSE stream or its socket) fills the
+connection's buffers; the transport then pauses the writer, and the response waits.
+Both protocols here abort such a connection once it has stayed paused for
+``write_stall_s``: the response sees a disconnect and stops (the worker stops
+generating, and billing charges what was generated), and the connection's memory is
+bounded by the transport's buffer meanwhile (the events waiting behind it are merged:
+gateway.event_queue).
+
+Request heads:
 
 uvicorn bounds only the idle time between requests (``timeout_keep_alive``, which any
 byte resets): a client that connects and sends nothing, or trickles its headers one
@@ -16,6 +26,7 @@ import asyncio
 import logging
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.websockets.wsproto_impl import WSProtocol
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +42,55 @@ TIMEOUT_BODY = (
 )
 
 
-class HeadTimeoutProtocol(HttpToolsProtocol):
-    """HttpToolsProtocol, closing connections whose request head is too slow to arrive.
-    ``head_timeout_s`` is given by a ``functools.partial`` (``gateway.__main__``), which
-    uvicorn calls as it would call the class."""
+class WriteStallMixin:
+    """Aborts the connection once its transport has paused writing for ``write_stall_s``."""
 
-    def __init__(self, *args, head_timeout_s: float, **kwargs) -> None:
+    transport: asyncio.Transport
+    loop: asyncio.AbstractEventLoop
+    write_stall_s: float
+    _stall_timer: asyncio.TimerHandle | None = None
+
+    def pause_writing(self) -> None:
+        super().pause_writing()  # type: ignore[misc]
+        if self._stall_timer is None:
+            self._stall_timer = self.loop.call_later(self.write_stall_s, self._write_stalled)
+
+    def resume_writing(self) -> None:
+        self._cancel_stall_timer()
+        super().resume_writing()  # type: ignore[misc]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_stall_timer()
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def _cancel_stall_timer(self) -> None:
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
+    def _write_stalled(self) -> None:
+        self._stall_timer = None
+        log.info("aborted a connection that read nothing for %ss", self.write_stall_s)
+        self.transport.abort()  # close() would wait to flush what the client never reads
+
+
+class BoundedWSProtocol(WriteStallMixin, WSProtocol):
+    """uvicorn's wsproto protocol, aborting a socket whose client stopped reading."""
+
+    def __init__(self, *args, write_stall_s: float, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.write_stall_s = write_stall_s
+
+
+class HeadTimeoutProtocol(WriteStallMixin, HttpToolsProtocol):
+    """HttpToolsProtocol, closing connections whose request head is too slow to arrive,
+    or whose client stopped reading. The bounds are given by a ``functools.partial``
+    (``gateway.__main__``), which uvicorn calls as it would call the class."""
+
+    def __init__(self, *args, head_timeout_s: float, write_stall_s: float, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.head_timeout_s = head_timeout_s
+        self.write_stall_s = write_stall_s
         self._head_timer: asyncio.TimerHandle | None = None
 
     def _arm_head_timer(self) -> None:

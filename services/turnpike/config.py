@@ -302,6 +302,11 @@ class GatewaySettings:
     header_timeout_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_HEADER_TIMEOUT_S", 10.0)
     )
+    # Seconds a connection may keep the gateway from writing to it (a client that stopped
+    # reading its SSE stream or socket) before it is aborted, and its responses stopped.
+    write_stall_s: float = field(
+        default_factory=lambda: env_float("TURNPIKE_WRITE_STALL_TIMEOUT_S", 30.0)
+    )
     ws_max_active_responses: int = field(
         default_factory=lambda: env_int("TURNPIKE_WS_MAX_ACTIVE_RESPONSES", 16)
     )
@@ -382,6 +387,10 @@ class GatewaySettings:
         if self.max_input_chars < 1:
             raise ConfigError.invalid(
                 "TURNPIKE_MAX_INPUT_CHARS", str(self.max_input_chars), "must be at least 1"
+            )
+        if self.write_stall_s <= 0:
+            raise ConfigError.invalid(
+                "TURNPIKE_WRITE_STALL_TIMEOUT_S", str(self.write_stall_s), "must be above 0"
             )
         if self.header_timeout_s <= 0:
             raise ConfigError.invalid(
