@@ -7,6 +7,7 @@ and a captured log."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -297,3 +298,49 @@ def test_a_client_that_never_reads_its_socket_is_cut_off(stalling, stack) -> Non
     with ws(url, stack.api_key) as sock:
         sock.send(json.dumps({"type": "response.create", "input": "hi"}))
         assert next_terminal(sock)["type"] == "response.completed"
+
+
+def gateway_rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+async def test_a_thousand_idle_websockets_leave_the_gateway_serving(stack, tmp_path) -> None:
+    """1,000 sockets opened and left idle on one gateway process: each costs little
+    memory, and a new client is still answered at once."""
+    from websockets.asyncio.client import connect as ws_async_connect
+
+    proc, base = start_gateway(stack, log=tmp_path / "gateway.log")
+    url = base.replace("http://", "ws://") + "/v1/responses"
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    idle = []
+    try:
+        before = gateway_rss_kb(proc.pid)
+        for _ in range(10):  # in batches, as clients would arrive
+            idle += await asyncio.gather(
+                *(ws_async_connect(url, additional_headers=headers, open_timeout=60)
+                  for _ in range(100))
+            )  # fmt: skip
+        grown_mb = (gateway_rss_kb(proc.pid) - before) / 1024
+        # About 100 KB a socket at most (uvicorn's protocol, wsproto, a session).
+        assert grown_mb < 100, f"{grown_mb:.0f} MB for 1,000 idle sockets"
+        async with ws_async_connect(url, additional_headers=headers) as fresh:
+            await fresh.send(json.dumps({"type": "response.create", "input": "hi"}))
+            while (event := json.loads(await asyncio.wait_for(fresh.recv(), 60)))["type"] not in (
+                "response.completed",
+                "error",
+            ):
+                pass
+            assert event["type"] == "response.completed"
+        # The idle ones are still open, and usable.
+        await idle[0].send(json.dumps({"type": "response.create", "input": "still here"}))
+        while json.loads(await asyncio.wait_for(idle[0].recv(), 60))["type"] != (
+            "response.completed"
+        ):
+            pass
+    finally:
+        await asyncio.gather(*(sock.close() for sock in idle), return_exceptions=True)
+        stop(proc)
+    assert "ERROR" not in (tmp_path / "gateway.log").read_text()
