@@ -344,3 +344,46 @@ async def test_a_thousand_idle_websockets_leave_the_gateway_serving(stack, tmp_p
         await asyncio.gather(*(sock.close() for sock in idle), return_exceptions=True)
         stop(proc)
     assert "ERROR" not in (tmp_path / "gateway.log").read_text()
+
+
+def test_a_body_at_the_size_limit_is_served_and_one_byte_more_is_413(stack) -> None:
+    limit = stack.max_body_bytes
+    envelope = json.dumps({"input": ""}).encode()
+    at_limit = json.dumps({"input": " " * (limit - len(envelope))}).encode()
+    assert len(at_limit) == limit
+    reply = post(stack.base_url, stack.api_key, at_limit, 120)
+    assert reply.status_code == 200, reply.text[:300]
+    over = json.dumps({"input": " " * (limit - len(envelope) + 1)}).encode()
+    expect_error(post(stack.base_url, stack.api_key, over), 413, "request_too_large", None)
+
+
+def test_a_frame_at_the_size_limit_is_served_and_one_byte_more_is_an_error(stack) -> None:
+    limit = stack.max_frame_bytes
+    envelope = json.dumps({"type": "response.create", "input": ""})
+    with ws(stack.ws_url, stack.api_key) as sock:
+        for extra, expected in ((0, "response.completed"), (1, "error")):
+            text = " " * (limit - len(envelope) + extra)
+            sock.send(json.dumps({"type": "response.create", "input": text}))
+            event = next_terminal(sock)
+            assert event["type"] == expected, str(event)[:300]
+        assert event["status"] == 413
+
+
+def test_more_lanes_than_allowed_get_an_error_and_the_socket_stays_usable(stack) -> None:
+    """The maximum of named lanes (32 by default), each with a response, then one more."""
+    lanes = 32
+    with ws(stack.ws_url, stack.api_key) as sock:
+        for lane in range(lanes + 1):
+            frame = {"type": "response.create", "input": "hi", "stream_id": f"lane-{lane}"}
+            sock.send(json.dumps(frame))
+        terminals: dict[str, dict] = {}
+        while len(terminals) < lanes + 1:
+            event = next_terminal(sock)
+            terminals[event.get("stream_id", "?")] = event
+        refused = terminals[f"lane-{lanes}"]
+        assert refused["type"] == "error" and refused["status"] == 400
+        assert refused["error"]["code"] == "websocket_stream_limit_reached"
+        assert refused["error"]["param"] == "stream_id"
+        assert all(terminals[f"lane-{n}"]["type"] == "response.completed" for n in range(lanes))
+        sock.send(json.dumps({"type": "response.create", "input": "again", "stream_id": "lane-0"}))
+        assert next_terminal(sock)["type"] == "response.completed"
