@@ -387,3 +387,83 @@ def test_more_lanes_than_allowed_get_an_error_and_the_socket_stays_usable(stack)
         assert all(terminals[f"lane-{n}"]["type"] == "response.completed" for n in range(lanes))
         sock.send(json.dumps({"type": "response.create", "input": "again", "stream_id": "lane-0"}))
         assert next_terminal(sock)["type"] == "response.completed"
+
+
+# Clients that leave ------------------------------------------------------------
+
+LONG_ASK = {"model": "turnpike-sim-65", "input": "tell me about rivers in 2000 words"}
+
+
+def usage_of(stack, key: str) -> dict:
+    reply = httpx.get(
+        f"{stack.base_url}/usage", headers={"Authorization": f"Bearer {key}"}, timeout=30
+    )
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def settled(stack, key: str, response_id: str) -> dict:
+    """The stored response once it has stopped, and billing has its usage."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        reply = httpx.get(
+            f"{stack.base_url}/responses/{response_id}",
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+        )
+        stored = reply.json()
+        if (
+            stored["status"] not in ("queued", "in_progress")
+            and not usage_of(stack, key)["pending_events"]
+        ):
+            return stored
+        time.sleep(0.2)
+    pytest.fail(f"response {response_id} still running a minute after its client left")
+
+
+def test_an_sse_client_that_leaves_mid_stream_stops_generation_and_is_billed_for_it(stack):
+    """~2,000 tokens at 65 a second would take half a minute: the client leaves after its
+    first deltas, the worker stops, and billing charges the tokens generated."""
+    key = stack.api_keys["bob"]
+    before = usage_of(stack, key)
+    with httpx.stream(
+        "POST",
+        f"{stack.base_url}/responses",
+        json={**LONG_ASK, "stream": True},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    ) as reply:
+        deltas, response_id = 0, None
+        for line in reply.iter_lines():
+            if line.startswith("data: {"):
+                event = json.loads(line[6:])
+                if event["type"] == "response.created":
+                    response_id = event["response"]["id"]
+                deltas += event["type"] == "response.output_text.delta"
+                if deltas == 3:
+                    break
+    stored = settled(stack, key, response_id)
+    assert stored["status"] == "cancelled"
+    generated = stored["usage"]["output_tokens"]
+    assert 0 < generated < 1000
+    after = usage_of(stack, key)
+    assert after["output_tokens"] - before["output_tokens"] == generated
+    assert after["responses"] - before["responses"] == 1
+
+
+def test_a_websocket_client_that_leaves_mid_stream_stops_generation(stack):
+    key = stack.api_keys["bob"]
+    before = usage_of(stack, key)
+    with ws(stack.ws_url, key) as sock:
+        sock.send(json.dumps({"type": "response.create", **LONG_ASK}))
+        deltas = 0
+        while deltas < 3:
+            event = json.loads(sock.recv(timeout=30))
+            if event["type"] == "response.created":
+                response_id = event["response"]["id"]
+            deltas += event["type"] == "response.output_text.delta"
+    stored = settled(stack, key, response_id)
+    assert stored["status"] == "cancelled"
+    generated = stored["usage"]["output_tokens"]
+    assert 0 < generated < 1000
+    assert usage_of(stack, key)["output_tokens"] - before["output_tokens"] == generated

@@ -61,10 +61,13 @@ def sse(event: dict[str, Any]) -> bytes:
 
 
 async def sse_stream(queue: ResponseEventQueue) -> AsyncIterator[bytes]:
-    async for event in queue.events():
-        yield sse(event)
-    # The Open Responses spec ends streams with [DONE]; the SDK accepts it.
-    yield b"data: [DONE]\n\n"
+    try:
+        async for event in queue.events():
+            yield sse(event)
+        # The Open Responses spec ends streams with [DONE]; the SDK accepts it.
+        yield b"data: [DONE]\n\n"
+    finally:
+        queue.abandon()  # the client left (or the stream ended: then it changes nothing)
 
 
 @router.post("/v1/responses")

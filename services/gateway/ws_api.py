@@ -104,6 +104,9 @@ class Connection:
                 if lane is not None:
                     event["stream_id"] = lane
                 await self.send(event)
+                if not self.open:  # the client left: stop generating for it
+                    queue.abandon()
+                    break
         except Exception:
             log.exception("websocket response failed")
             await self.send(server_error("The server had an error.").ws_event(lane))
