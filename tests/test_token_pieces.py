@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from turnpike.token_pieces import MAX_PIECE, encode_in_pieces, pieces
+from turnpike.token_pieces import MAX_PIECE, encode_in_pieces, longest_word, pieces
 from turnpike.vocab import harmony_encoding
 
 ENCODING = harmony_encoding()
@@ -54,3 +54,10 @@ def test_one_repeated_character_is_cut_into_bounded_pieces(char: str) -> None:
 
 def test_short_text_is_one_piece() -> None:
     assert pieces("hello world") == ["hello world"]
+
+
+def test_longest_word_measures_the_longest_stretch_without_a_cut_point() -> None:
+    assert longest_word("") == 0
+    assert longest_word("a" * 500) == 500
+    assert longest_word("ab cd" + " " + "x" * 300 + ", y") == 301
+    assert longest_word("The quick brown fox. " * 1000) < 10

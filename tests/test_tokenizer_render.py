@@ -493,3 +493,15 @@ def test_a_long_run_of_one_character_as_instructions_renders(renderer: Renderer)
     """900,000 spaces took harmony over 30 s (the tokenizer's callers gave up)."""
     tokens = renderer.render(" " * 900_000, [], [])
     assert 7000 < len(tokens) < 8000
+
+
+def test_a_tool_text_without_word_boundaries_is_refused(renderer: Renderer) -> None:
+    """Harmony encodes tool text whole: 100,000 spaces would take it half a minute."""
+    for tool in (
+        Tool(name="f", description=" " * 100_000),
+        Tool(name="f", description="ok", parameters_json='{"description": "' + "a" * 5000 + '"}'),
+    ):
+        with pytest.raises(RenderError, match="without a word boundary"):
+            renderer.render("", [tool], [])
+    prose = Tool(name="f", description="Looks things up, quickly. " * 2000)
+    assert renderer.render("", [prose], [])

@@ -47,7 +47,7 @@ from openai_harmony import (
     ToolDescription,
 )
 from turnpike.conversation.v1.conversation_pb2 import Item, Tool
-from turnpike.token_pieces import encode_in_pieces
+from turnpike.token_pieces import encode_in_pieces, longest_word
 from turnpike.vocab import harmony_encoding
 
 # The system message is fixed (harmony's gpt-oss defaults, pinned here so a library upgrade
@@ -58,6 +58,9 @@ REASONING_EFFORT = ReasoningEffort.MEDIUM
 CHANNELS = ["analysis", "commentary", "final"]
 
 UNKNOWN_FUNCTION = "unknown"
+# Longest stretch without a word boundary in a tool's description or schema (harmony
+# encodes these whole: 1,024 characters of the worst case take about 2 ms).
+MAX_TOOL_WORD = 1024
 # Instructions longer than this are rendered around a marker (Renderer._developer_tokens).
 LONG_INSTRUCTIONS = 4096
 INSTRUCTIONS_MARKER = "\u2063turnpike-instructions\u2063"
@@ -89,6 +92,13 @@ def _describe(index: int, item: Item) -> str:
 def tool_description(index: int, tool: Tool) -> ToolDescription:
     if not tool.name:
         raise RenderError(f"tools[{index}]: a function tool needs a name")
+    for field, text in (("description", tool.description), ("parameters", tool.parameters_json)):
+        # Harmony encodes tool text whole, in time that grows with the square of a word.
+        if (run := longest_word(text)) > MAX_TOOL_WORD:
+            raise RenderError(
+                f"tools[{index}] ({tool.name!r}): its {field} holds {run} characters without "
+                f"a word boundary; the limit is {MAX_TOOL_WORD}"
+            )
     parameters = None
     if tool.parameters_json.strip():
         try:

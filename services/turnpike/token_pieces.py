@@ -63,3 +63,13 @@ def encode_in_pieces(encode: Callable[[str], list[int]], text: str) -> list[int]
     for piece in pieces(text):
         tokens += encode(piece)
     return tokens
+
+
+def longest_word(text: str) -> int:
+    """The longest stretch of ``text`` with no cut point: an upper bound on its longest
+    o200k word, which is what an encoder that takes the text whole pays for squared."""
+    longest, last = 0, 0
+    for match in _CUT.finditer(text):
+        longest = max(longest, match.start() - last)
+        last = match.start()
+    return max(longest, len(text) - last)
