@@ -467,3 +467,20 @@ def test_a_websocket_client_that_leaves_mid_stream_stops_generation(stack):
     generated = stored["usage"]["output_tokens"]
     assert 0 < generated < 1000
     assert usage_of(stack, key)["output_tokens"] - before["output_tokens"] == generated
+
+
+def test_a_websocket_client_that_leaves_before_the_first_token_stops_generation(stack):
+    """Gone while safety and rendering run: the response's first event finds the socket
+    closed, and the worker stops before it has generated much."""
+    key = stack.api_keys["bob"]
+    before = usage_of(stack, key)
+    with ws(stack.ws_url, key) as sock:
+        sock.send(json.dumps({"type": "response.create", **LONG_ASK}))
+    deadline = time.monotonic() + 60
+    while (now := usage_of(stack, key))["responses"] == before["responses"] or now[
+        "pending_events"
+    ]:
+        assert time.monotonic() < deadline, "the response was never billed"
+        time.sleep(0.2)
+    assert now["responses"] - before["responses"] == 1
+    assert now["output_tokens"] - before["output_tokens"] < 1000  # of about 2,000 asked
