@@ -85,23 +85,6 @@ async def test_a_full_outbox_holds_the_next_record_back_instead_of_dropping_it()
     assert billing.recorded == ["resp_1", "resp_2", "resp_3", "resp_4"]
 
 
-async def test_each_tenant_sees_only_its_own_events_waiting() -> None:
-    """What /v1/usage reports as pending_events: another tenant's backlog is not the
-    caller's business (nor a measure of its traffic)."""
-    billing = Billing()
-    outbox = BillingOutbox(billing, max_backoff_s=0.01)
-    outbox.start()
-    await outbox.submit(usage(1, "alice"))
-    await billing.called.wait()  # in a delivery attempt: still waiting to be billed
-    await outbox.submit(usage(2, "alice"))
-    await outbox.submit(usage(3, "bob"))
-    assert (outbox.pending_of("alice"), outbox.pending_of("bob")) == (2, 1)
-    assert outbox.pending_of("carol") == 0
-    billing.up.set()
-    await outbox.close(timeout=5)
-    assert (outbox.pending_of("alice"), outbox.pending_of("bob")) == (0, 0)
-
-
 async def test_a_record_billing_refuses_on_the_request_path_is_queued() -> None:
     billing = Billing()
     outbox = BillingOutbox(billing, max_backoff_s=0.01)
@@ -287,3 +270,19 @@ async def test_an_event_billing_refuses_is_set_aside_and_the_rest_are_billed(cap
     assert sorted(billing.recorded) == ["resp_1", "resp_3"]
     assert outbox.rejected == 1 and outbox.delivered == 2
     assert any("resp_2" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+
+
+async def test_pending_events_are_counted_per_tenant() -> None:
+    """/v1/usage reports a tenant's own events waiting for billing, never another's."""
+    billing = Billing()
+    outbox = BillingOutbox(billing, max_backoff_s=0.01)
+    outbox.start()
+    for n in range(3):
+        await outbox.submit(billing_pb2.UsageEvent(event_id=f"resp_a{n}", tenant="alice"))
+    await outbox.submit(billing_pb2.UsageEvent(event_id="resp_b", tenant="bob"))
+    await billing.called.wait()  # one is being delivered (and retried): still pending
+    assert (outbox.pending_for("alice"), outbox.pending_for("bob")) == (3, 1)
+    assert outbox.pending_for("carol") == 0
+    billing.up.set()
+    await outbox.close(timeout=5)
+    assert (outbox.pending_for("alice"), outbox.pending_for("bob")) == (0, 0)

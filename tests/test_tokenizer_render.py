@@ -17,7 +17,14 @@ from openai_harmony import (
     SystemContent,
     ToolDescription,
 )
-from tokenizer.render import Renderer, RenderError, item_message, item_messages, item_shape
+from tokenizer.render import (
+    Renderer,
+    RenderError,
+    item_message,
+    item_messages,
+    item_shape,
+    tool_description,
+)
 from turnpike.conversation.v1.conversation_pb2 import Item, Tool
 
 INSTRUCTIONS = "You are a careful coding agent. Run the tests before you claim a fix."
@@ -462,3 +469,39 @@ def test_a_layout_other_than_header_text_end_fails_loudly(renderer: Renderer) ->
     other = Renderer(OtherLayout(renderer.encoding))
     with pytest.raises(RuntimeError, match="otherwise than header, text, end"):
         other.render_append([message("user", "hi")])
+
+
+@pytest.mark.parametrize("with_tools", [False, True])
+@pytest.mark.parametrize("edges", ["", "  \n", "\n\t "])
+def test_long_instructions_render_as_harmony_renders_them(
+    renderer: Renderer, with_tools: bool, edges: str
+) -> None:
+    """Long instructions go around a marker, in pieces; the tokens are harmony's own."""
+    prose = "Be brief, it's said.\n\n- Use tools 12,345 times; é中文 <|end|>\t\n" * 200
+    instructions = edges + prose + edges
+    tools = TOOLS if with_tools else []
+    content = DeveloperContent.new().with_instructions(instructions)
+    if tools:
+        content = content.with_function_tools([tool_description(i, t) for i, t in enumerate(tools)])
+    expected = renderer.encoding.render(Message.from_role_and_content(Role.DEVELOPER, content))
+    rendered = renderer.render(instructions, tools, [])
+    system = len(renderer._system_tokens(bool(tools)))
+    assert rendered[system:] == expected
+
+
+def test_a_long_run_of_one_character_as_instructions_renders(renderer: Renderer) -> None:
+    """900,000 spaces took harmony over 30 s (the tokenizer's callers gave up)."""
+    tokens = renderer.render(" " * 900_000, [], [])
+    assert 7000 < len(tokens) < 8000
+
+
+def test_a_tool_text_without_word_boundaries_is_refused(renderer: Renderer) -> None:
+    """Harmony encodes tool text whole: 100,000 spaces would take it half a minute."""
+    for tool in (
+        Tool(name="f", description=" " * 100_000),
+        Tool(name="f", description="ok", parameters_json='{"description": "' + "a" * 5000 + '"}'),
+    ):
+        with pytest.raises(RenderError, match="without a word boundary"):
+            renderer.render("", [tool], [])
+    prose = Tool(name="f", description="Looks things up, quickly. " * 2000)
+    assert renderer.render("", [prose], [])

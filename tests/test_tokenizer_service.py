@@ -49,8 +49,8 @@ class Tokenizer:
         self.address = f"127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
-    async def start(self) -> None:
-        self.proc = start_service("tokenizer", {"TURNPIKE_TOKENIZER_PORT": str(self.port)})
+    async def start(self, **env: str) -> None:
+        self.proc = start_service("tokenizer", {"TURNPIKE_TOKENIZER_PORT": str(self.port), **env})
         if not await wait_healthy(self.address, timeout=30.0, service=SERVICE):
             self.kill()
             pytest.fail("tokenizer did not become healthy")
@@ -172,3 +172,25 @@ async def test_renders_and_their_tokens_are_counted_by_mode() -> None:
     assert (full.change, full_tokens.change) == (1, len(head.tokens))
     assert (append.change, append_tokens.change) == (1, len(tail.tokens))
     assert len(tail.tokens) > 5000  # the large output, rendered on a worker thread
+
+
+async def test_a_pathological_run_is_encoded_and_oversized_input_refused(
+    tokenizer: Tokenizer,
+) -> None:
+    """One character repeated a million times took minutes and then overflowed the native
+    stack; it is encoded in bounded pieces now. Over the service's bound: RESOURCE_EXHAUSTED
+    before any encoding."""
+    await tokenizer.start(TURNPIKE_TOKENIZER_MAX_CHARS="1500000")
+    async with insecure_channel(tokenizer.address) as channel:
+        stub = tokenizer_pb2_grpc.TokenizerStub(channel)
+        run = Item(kind=Item.MESSAGE, role="user", text="\u00e9" * 1_000_000)
+        reply = await stub.RenderAppend(tokenizer_pb2.RenderAppendRequest(items=[run]))
+        assert len(reply.tokens) > 1_000_000  # one token per character, and the frame
+        too_many = Item(kind=Item.MESSAGE, role="user", text="a" * 1_600_000)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.Render(tokenizer_pb2.RenderRequest(items=[too_many]))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.CountText(tokenizer_pb2.CountTextRequest(text="a" * 1_600_000))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert (await stub.CountText(tokenizer_pb2.CountTextRequest(text="still up"))).tokens

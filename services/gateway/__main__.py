@@ -9,6 +9,7 @@ scrape sees the whole gateway, not whichever process answered it."""
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import os
 import shutil
@@ -24,6 +25,7 @@ from turnpike.config import (
     log_level,
 )
 
+from gateway.http_protocol import BoundedWSProtocol, HeadTimeoutProtocol
 from gateway.tenants import TenantDirectory
 
 log = logging.getLogger(__name__)
@@ -72,7 +74,17 @@ def serve(settings: GatewaySettings) -> None:
         # Frames over the API's own limit still arrive, so the client gets a clear
         # error event; only frames far beyond it are cut off by the library (close 1009).
         ws_max_size=max(4 * settings.max_frame_bytes, 16 * 1024 * 1024),
-        ws="websockets-sansio",
+        # wsproto: a refused upgrade (401, 429) is a complete handshake to it, where
+        # the websockets implementations log an ERROR for each one.
+        # The two protocols bound slow clients (gateway.http_protocol): httptools with a
+        # bound on the time a request's head may take (slowloris), and both abort a
+        # connection whose client stopped reading.
+        ws=functools.partial(BoundedWSProtocol, write_stall_s=settings.write_stall_s),
+        http=functools.partial(
+            HeadTimeoutProtocol,
+            head_timeout_s=settings.header_timeout_s,
+            write_stall_s=settings.write_stall_s,
+        ),
         ws_per_message_deflate=settings.ws_per_message_deflate,
         log_level="warning",
         timeout_graceful_shutdown=10,

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from gateway import metrics
-from gateway.errors import ApiError, invalid
+from gateway.errors import ApiError, echo, invalid
 from gateway.limits import Limiter, Ticket
 from gateway.request import CreateRequest
 from gateway.shedding import InFlight, Shed
@@ -59,7 +59,7 @@ class AdmissionControl:
         use, 503 when shedding, 429 over a limit) carrying the headers to send."""
         if not limits.allows_model(request.model):
             raise invalid(
-                f"The model '{request.model}' does not exist or you do not have access to it.",
+                f"The model {echo(request.model)} does not exist or you do not have access to it.",
                 "model",
                 "model_not_found",
             )

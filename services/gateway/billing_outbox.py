@@ -77,9 +77,9 @@ class BillingOutbox:
         self._task: asyncio.Task[None] | None = None
         self.delivered = 0
         self.rejected = 0
-        # Events not yet billed (queued or in a delivery attempt), per tenant: a tenant is
-        # told its own backlog only.
-        self._waiting: Counter[str] = Counter()
+        # Events not yet delivered (queued or being delivered), by tenant: what a
+        # tenant's /v1/usage reports, never another tenant's.
+        self._undelivered: Counter[str] = Counter()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="billing outbox")
@@ -94,16 +94,16 @@ class BillingOutbox:
         if self._queue.full():
             log.warning("billing outbox full (%d events waiting); waiting for room", self.pending)
         await self._queue.put(QueuedUsage(event, origin))
-        self._waiting[event.tenant] += 1
+        self._undelivered[event.tenant] += 1
         metrics.BILLING_OUTBOX_BACKLOG.inc()
 
     @property
     def pending(self) -> int:
         return self._queue.qsize()
 
-    def pending_of(self, tenant: str) -> int:
-        """``tenant``'s events not billed yet (queued or being delivered)."""
-        return self._waiting.get(tenant, 0)
+    def pending_for(self, tenant: str) -> int:
+        """``tenant``'s usage events not yet delivered to billing."""
+        return self._undelivered.get(tenant, 0)
 
     async def record_now(
         self, event: billing_pb2.UsageEvent, origin: SpanContext | None = None
@@ -123,10 +123,13 @@ class BillingOutbox:
             await self._deliver_until_done(batch)
             metrics.BILLING_OUTBOX_BACKLOG.dec(len(batch))
             for item in batch:
-                self._waiting[item.event.tenant] -= 1
-                if not self._waiting[item.event.tenant]:
-                    del self._waiting[item.event.tenant]
+                self._settled(item.event.tenant)
                 self._queue.task_done()
+
+    def _settled(self, tenant: str) -> None:
+        self._undelivered[tenant] -= 1
+        if self._undelivered[tenant] <= 0:
+            del self._undelivered[tenant]  # bounded by the tenants with events waiting
 
     async def _deliver_until_done(self, batch: list[QueuedUsage]) -> None:
         """Deliver ``batch``, retrying with backoff until billing takes it, or sets an

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from gateway.conversation_store import ConversationStore, StoredConversation, new_conversation
-from gateway.errors import ApiError, invalid, invalid_type, not_found
+from gateway.errors import ApiError, echo, invalid, invalid_type, not_found
 from gateway.http_api import gateway_of, int_param, read_body
 from gateway.items import Item, normalize_input
 from gateway.json_codec import parse_json
@@ -43,7 +43,7 @@ async def _body(request: Request) -> dict[str, Any]:
 
 def _conversation_not_found(conversation_id: str) -> ApiError:
     return not_found(
-        f"Conversation with id '{conversation_id}' not found.",
+        f"Conversation with id {echo(conversation_id)} not found.",
         "conversation_id",
         "conversation_not_found",
     )
@@ -143,7 +143,7 @@ async def list_items(conversation_id: str, request: Request) -> Response:
         position = next((i for i, item in enumerate(ordered) if item["id"] == after), None)
         if position is None:
             raise invalid(
-                f"No item with id '{after}' in conversation '{conversation_id}'.",
+                f"No item with id {echo(after)} in conversation {echo(conversation_id)}.",
                 "after",
                 "invalid_value",
             )
@@ -174,7 +174,7 @@ async def get_item(conversation_id: str, item_id: str, request: Request) -> Resp
 
 
 def _item_not_found(item_id: str) -> ApiError:
-    return not_found(f"Item with id '{item_id}' not found.", "item_id", "item_not_found")
+    return not_found(f"Item with id {echo(item_id)} not found.", "item_id", "item_not_found")
 
 
 @router.delete("/v1/conversations/{conversation_id}/items/{item_id}")

@@ -10,9 +10,10 @@ and billed even when the client goes away mid-stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,31 @@ async def _cancelled_on_exit(stream: Any) -> AsyncIterator[Any]:
             yield event
     finally:
         stream.cancel()
+
+
+async def _unless_abandoned(
+    generate: Coroutine[Any, Any, list[Event]], queue: ResponseEventQueue
+) -> list[Event] | None:
+    """A foreground response's generation, stopped (None) once its one reader has gone:
+    cancelling it cancels the worker's stream, and the worker stops generating."""
+    if queue.abandoned.is_set():
+        generate.close()
+        return None
+    task = asyncio.create_task(generate)
+    gone = asyncio.create_task(queue.abandoned.wait())
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return None
 
 
 class ResponseEngine:
@@ -175,8 +201,10 @@ class ResponseEngine:
                 running = self.background.running(prepared.ctx.tenant, prepared.response_id)
                 with prepared.ctx.stage("generate"):
                     if running is None:
-                        terminal = await generate
-                    elif (done := await self.background.generate(running, generate)) is not None:
+                        done = await _unless_abandoned(generate, queue)
+                    else:
+                        done = await self.background.generate(running, generate)
+                    if done is not None:
                         terminal = done
                     else:
                         assert prepared.prompt is not None

@@ -10,6 +10,33 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# An error's message and param are built from client values (ids, names, types): they
+# are bounded and made encodable here, so a hostile value cannot break the error path
+# (a lone surrogate fails every JSON encoder; megabytes echoed back amplify the input).
+MAX_MESSAGE_CHARS = 2048
+MAX_PARAM_CHARS = 512
+# A client value quoted in a message (``echo``): enough to recognise it.
+MAX_ECHO_CHARS = 128
+
+
+def safe_text(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with lone surrogates escaped (``\\ud800``)."""
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        if len(text) > limit:  # the escapes made it longer
+            text = text[: limit - 1] + "…"
+    return text
+
+
+def echo(value: Any) -> str:
+    """A client value to quote in an error message: quoted, bounded and encodable."""
+    text = value if isinstance(value, str) else repr(value)
+    return "'" + safe_text(text, MAX_ECHO_CHARS) + "'"
+
 
 @dataclass
 class ApiError(Exception):
@@ -19,6 +46,11 @@ class ApiError(Exception):
     code: str | None = None
     param: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.message = safe_text(self.message, MAX_MESSAGE_CHARS)
+        if self.param is not None:
+            self.param = safe_text(self.param, MAX_PARAM_CHARS)
 
     def __str__(self) -> str:
         return self.message

@@ -36,6 +36,12 @@ class ResponseEventQueue:
         # Also given every event as it is emitted (a background response's resume
         # buffer); its events are never merged afterwards.
         self.sink: Callable[[Event], None] | None = None
+        # Set by the transport when its client went away before the end: the engine then
+        # stops a foreground response's generation (a background one goes on).
+        self.abandoned = asyncio.Event()
+
+    def abandon(self) -> None:
+        self.abandoned.set()
 
     def emit(self, event: Event) -> None:
         if self.sink is not None:

@@ -13,7 +13,8 @@ from turnpike.billing.v1 import billing_pb2
 from turnpike.ids import new_id
 from turnpike.router.v1 import router_pb2
 
-from gateway.errors import ApiError, conflict, invalid, not_found, too_large
+from gateway import bounds
+from gateway.errors import ApiError, conflict, echo, invalid, not_found, too_large
 from gateway.event_queue import ResponseEventQueue
 from gateway.json_codec import dump_bytes, parse_json
 from gateway.json_response import JSONResponse
@@ -48,15 +49,25 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def parse_bounded(gw: Gateway, raw: bytes) -> Any:
+    """A create body parsed, within the bounds on input (gateway.bounds)."""
+    body = parse_json(raw)
+    bounds.check_create(body, len(raw), gw.settings.max_input_chars)
+    return body
+
+
 def sse(event: dict[str, Any]) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + dump_bytes(event) + b"\n\n"
 
 
 async def sse_stream(queue: ResponseEventQueue) -> AsyncIterator[bytes]:
-    async for event in queue.events():
-        yield sse(event)
-    # The Open Responses spec ends streams with [DONE]; the SDK accepts it.
-    yield b"data: [DONE]\n\n"
+    try:
+        async for event in queue.events():
+            yield sse(event)
+        # The Open Responses spec ends streams with [DONE]; the SDK accepts it.
+        yield b"data: [DONE]\n\n"
+    finally:
+        queue.abandon()  # the client left (or the stream ended: then it changes nothing)
 
 
 @router.post("/v1/responses")
@@ -66,7 +77,7 @@ async def create_response(request: Request) -> Response:
     tenant = gw.keys.tenant_for(request.headers)
     pipeline = gw.pipeline_for(request.headers, websocket=False)
     raw = await read_body(request, gw.settings.max_body_bytes)
-    create = parse_create(parse_json(raw), default_model=gw.settings.default_model)
+    create = parse_create(parse_bounded(gw, raw), default_model=gw.settings.default_model)
     transport = "sse" if create.stream else "http"
     ctx = RequestContext(tenant, pipeline.name, transport=transport, started=arrived)
     ctx.admission = await gw.admission.admit(tenant, gw.keys.limits(tenant), create, len(raw))
@@ -97,7 +108,7 @@ async def create_response(request: Request) -> Response:
 
 def _response_not_found(response_id: str) -> ApiError:
     return not_found(
-        f"Response with id '{response_id}' not found.", "response_id", "response_not_found"
+        f"Response with id {echo(response_id)} not found.", "response_id", "response_not_found"
     )
 
 
@@ -235,7 +246,7 @@ async def list_input_items(response_id: str, request: Request) -> Response:
         ids = [item["id"] for item in items]
         if after not in ids:
             raise invalid(
-                f"No input item with id '{after}' in this response.", "after", "invalid_value"
+                f"No input item with id {echo(after)} in this response.", "after", "invalid_value"
             )
         items = items[ids.index(after) + 1 :]
     page = items[:limit]
@@ -254,7 +265,7 @@ async def list_input_items(response_id: str, request: Request) -> Response:
 async def count_input_tokens(request: Request) -> Response:
     gw = gateway_of(request)
     tenant = gw.keys.tenant_for(request.headers)
-    body = parse_json(await read_body(request, gw.settings.max_body_bytes))
+    body = parse_bounded(gw, await read_body(request, gw.settings.max_body_bytes))
     create = parse_create(body, default_model=gw.settings.default_model)
     count = await gw.engine.count_input_tokens(create, tenant)
     return JSONResponse({"object": "response.input_tokens", "input_tokens": count})
@@ -267,7 +278,7 @@ async def compact_response(request: Request) -> Response:
     (``gateway.compaction``). Its usage is the tokens the whole history renders to."""
     gw = gateway_of(request)
     tenant = gw.keys.tenant_for(request.headers)
-    body = parse_json(await read_body(request, gw.settings.max_body_bytes))
+    body = parse_bounded(gw, await read_body(request, gw.settings.max_body_bytes))
     # Unlike a create (which falls back to the default model), compact requires its
     # model, as the spec's CompactResponseMethodPublicBody and the SDK's compact() do.
     if isinstance(body, dict) and body.get("model") is None:
@@ -310,7 +321,7 @@ async def get_model(model_id: str, request: Request) -> Response:
     for model in await _models(gw):
         if model.id == model_id:
             return JSONResponse(_model_object(model))
-    raise not_found(f"The model '{model_id}' does not exist.", "model", "model_not_found")
+    raise not_found(f"The model {echo(model_id)} does not exist.", "model", "model_not_found")
 
 
 @router.get("/v1/usage")
@@ -328,7 +339,7 @@ async def usage_totals(request: Request) -> Response:
             "input_tokens": totals.input_tokens,
             "cached_tokens": totals.cached_tokens,
             "output_tokens": totals.output_tokens,
-            "pending_events": gw.outbox.pending_of(tenant),
+            "pending_events": gw.outbox.pending_for(tenant),
             "by_model": [
                 {
                     "model": m.model,

@@ -2,8 +2,9 @@
 
 orjson does both: several times faster than the standard library on the event stream
 (every event of every response is encoded once), and strict where the standard library
-is lenient: a lone surrogate, NaN, or nesting deeper than 1,024 levels is malformed JSON
-(a 400), never a value that breaks later.
+is lenient: a lone surrogate or NaN is malformed JSON (a 400 naming the parameter that
+holds it), never a value that breaks later. Nesting is bounded far below the parser's own
+limit (``gateway.bounds``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from gateway import bounds
 from gateway.errors import invalid
 
 
@@ -28,8 +30,19 @@ def dump_bytes(obj: Any, *, sort_keys: bool = False) -> bytes:
 def parse_json(raw: bytes | str) -> Any:
     """A request body or frame, or an ``invalid_json`` ApiError saying why not."""
     try:
-        return orjson.loads(raw)
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError as err:
+        reason = str(err)
+        if reason.startswith("depth limit exceeded"):
+            raise bounds.too_deep_for_parser() from None
+        if "surrogate" in reason and (param := bounds.surrogate_param(raw)) is not None:
+            raise invalid(
+                f"Your request holds invalid Unicode: a lone surrogate in '{param}'.",
+                param,
+                "invalid_unicode",
+            ) from None
         raise invalid(
-            f"We could not parse the JSON body of your request: {err}.", None, "invalid_json"
+            f"We could not parse the JSON body of your request: {reason}.", None, "invalid_json"
         ) from None
+    bounds.check_depth(raw, body)
+    return body

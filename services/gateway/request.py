@@ -385,6 +385,17 @@ def _include(raw: Any) -> list[str]:
     return list(raw)
 
 
+def check_stream_options(raw: Any) -> None:
+    """``stream_options`` is an object whose one option is a boolean; nothing to keep."""
+    if raw is None:
+        return
+    if not isinstance(raw, dict):
+        raise invalid_type("stream_options", "an object")
+    obfuscation = raw.get("include_obfuscation")
+    if obfuscation is not None and not isinstance(obfuscation, bool):
+        raise invalid_type("stream_options.include_obfuscation", "a boolean")
+
+
 def _compact_threshold(raw: Any) -> int | None:
     """``context_management: [{"type": "compaction", "compact_threshold": N}]``: N."""
     if raw is None:
@@ -477,6 +488,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
     generate = _opt(body, "generate", bool, "a boolean")
     instructions = _opt(body, "instructions", str, "a string")
     stream = _opt(body, "stream", bool, "a boolean")
+    check_stream_options(body.get("stream_options"))
     store = _opt(body, "store", bool, "a boolean")
     parallel = _opt(body, "parallel_tool_calls", bool, "a boolean")
     return CreateRequest(

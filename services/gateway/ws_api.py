@@ -104,6 +104,9 @@ class Connection:
                 if lane is not None:
                     event["stream_id"] = lane
                 await self.send(event)
+                if not self.open:  # the client left: stop generating for it
+                    queue.abandon()
+                    break
         except Exception:
             log.exception("websocket response failed")
             await self.send(server_error("The server had an error.").ws_event(lane))
@@ -143,6 +146,7 @@ async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeli
         cache_size=settings.ws_cache_size,
         lifetime_s=settings.ws_max_lifetime_s,
         now=time.monotonic(),
+        max_input_chars=settings.max_input_chars,
     )
     conn = Connection(ws, gw, tenant, session, pipeline)
     metrics.WEBSOCKET_CONNECTIONS.inc()

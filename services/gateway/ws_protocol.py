@@ -32,10 +32,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from gateway import bounds
 from gateway.connection_cache import ConnectionCache
-from gateway.errors import ApiError, invalid, too_large
+from gateway.errors import ApiError, echo, invalid, too_large
 from gateway.json_codec import parse_json
-from gateway.request import STREAM_ID_RE, CreateRequest, parse_create
+from gateway.request import STREAM_ID_RE, CreateRequest, check_stream_options, parse_create
 
 # Close code 1001, going away: the official clients reconnect on it.
 CLOSE_GOING_AWAY = 1001
@@ -81,8 +82,10 @@ class WsSession:
         cache_size: int,
         lifetime_s: float,
         now: float,
+        max_input_chars: int = 1024 * 1024,
     ) -> None:
         self.default_model = default_model
+        self.max_input_chars = max_input_chars
         self.max_frame_bytes = max_frame_bytes
         self.max_active = max_active
         self.max_queued = max_queued
@@ -136,6 +139,7 @@ class WsSession:
                 raise invalid("Each message must be a JSON object.", None, "invalid_body")
             kind = body.get("type")
             if kind == "response.create":
+                bounds.check_create(body, len(data), self.max_input_chars)
                 return self._on_create(body, now)
             if kind == "response.steer":
                 return [SendEvent(self._steer_failed(body))]
@@ -144,7 +148,7 @@ class WsSession:
                     "Missing required parameter: 'type'.", "type", "missing_required_parameter"
                 )
             raise invalid(
-                f"Unknown client event type '{kind}'. Expected 'response.create' or 'response.steer'.",
+                f"Unknown client event type {echo(kind)}. Expected 'response.create' or 'response.steer'.",
                 "type",
                 "unknown_event_type",
             )
@@ -155,7 +159,7 @@ class WsSession:
         fields = {k: v for k, v in body.items() if k != "type"}
         # openai-agents always sends stream: true; on a socket streaming is implied.
         fields.pop("stream", None)
-        fields.pop("stream_options", None)
+        check_stream_options(fields.pop("stream_options", None))
         request = parse_create(fields, default_model=self.default_model, websocket=True)
         lane = request.stream_id
         if now >= self.expires_at:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import grpc
-from turnpike.config import GrpcServerSettings, exit_on_config_error
+from turnpike.config import GrpcServerSettings, TokenizerSettings, exit_on_config_error
 from turnpike.grpc_server import configure_logging, run
 from turnpike.tokenizer.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 
@@ -15,7 +15,7 @@ def main() -> None:
     configure_logging()
     server_settings = GrpcServerSettings.for_service("tokenizer")
     # Load the vocabulary before serving: a missing or corrupt vocabulary fails the start.
-    servicer = TokenizerServicer(Renderer())
+    servicer = TokenizerServicer(Renderer(), TokenizerSettings().max_chars)
 
     def register(server: grpc.aio.Server) -> None:
         tokenizer_pb2_grpc.add_TokenizerServicer_to_server(servicer, server)

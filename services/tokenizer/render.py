@@ -47,6 +47,7 @@ from openai_harmony import (
     ToolDescription,
 )
 from turnpike.conversation.v1.conversation_pb2 import Item, Tool
+from turnpike.token_pieces import encode_in_pieces, longest_word
 from turnpike.vocab import harmony_encoding
 
 # The system message is fixed (harmony's gpt-oss defaults, pinned here so a library upgrade
@@ -57,6 +58,12 @@ REASONING_EFFORT = ReasoningEffort.MEDIUM
 CHANNELS = ["analysis", "commentary", "final"]
 
 UNKNOWN_FUNCTION = "unknown"
+# Longest stretch without a word boundary in a tool's description or schema (harmony
+# encodes these whole: 1,024 characters of the worst case take about 2 ms).
+MAX_TOOL_WORD = 1024
+# Instructions longer than this are rendered around a marker (Renderer._developer_tokens).
+LONG_INSTRUCTIONS = 4096
+INSTRUCTIONS_MARKER = "\u2063turnpike-instructions\u2063"
 
 _MESSAGE_ROLES = {"user", "assistant", "system", "developer"}
 # Frames kept per renderer: one per message role, and one per function name for calls and
@@ -85,6 +92,13 @@ def _describe(index: int, item: Item) -> str:
 def tool_description(index: int, tool: Tool) -> ToolDescription:
     if not tool.name:
         raise RenderError(f"tools[{index}]: a function tool needs a name")
+    for field, text in (("description", tool.description), ("parameters", tool.parameters_json)):
+        # Harmony encodes tool text whole, in time that grows with the square of a word.
+        if (run := longest_word(text)) > MAX_TOOL_WORD:
+            raise RenderError(
+                f"tools[{index}] ({tool.name!r}): its {field} holds {run} characters without "
+                f"a word boundary; the limit is {MAX_TOOL_WORD}"
+            )
     parameters = None
     if tool.parameters_json.strip():
         try:
@@ -204,6 +218,7 @@ class Renderer:
         self._system_tokens(False)
         self._system_tokens(True)
         self._frames = functools.lru_cache(maxsize=FRAMES_CACHED)(self._frame)
+        self._message_token = self.encoding.encode("<|message|>", allowed_special="all")[0]
 
     def _render_system(self, has_function_tools: bool) -> tuple[int, ...]:
         message = Message.from_role_and_content(Role.SYSTEM, system_content())
@@ -229,18 +244,39 @@ class Renderer:
     def encode(self, text: str) -> list[int]:
         """Plain text as tokens; text that spells a special token is the text it is (as harmony
         encodes message text)."""
+        # Long text in pieces the encoder handles in bounded time (turnpike.token_pieces).
+        return encode_in_pieces(self._encode_whole, text)
+
+    def _encode_whole(self, text: str) -> list[int]:
         return self.encoding.encode(text, disallowed_special=())
 
     def render(self, instructions: str, tools: Sequence[Tool], items: Sequence[Item]) -> list[int]:
         """The conversation body: system, developer (if any), every item. No completion prompt."""
         # Harmony states in the system message that function calls go to the commentary
         # channel when the developer message declares function tools.
-        developer = developer_message(instructions, tools)
         body = self.render_append(items)
         tokens = list(self._system_tokens(bool(tools)))
-        if developer is not None:
-            tokens += self._render_message(developer, "instructions and tools")
-        return tokens + body
+        return tokens + self._developer_tokens(instructions, tools) + body
+
+    def _developer_tokens(self, instructions: str, tools: Sequence[Tool]) -> list[int]:
+        """The developer message. Harmony encodes its text whole, in time that grows with
+        the square of a word's length, so long instructions are rendered around a marker
+        and put in its place as text encoded in pieces (turnpike.token_pieces); the result
+        is checked to be what harmony renders (tests/test_tokenizer_render.py)."""
+        developer = developer_message(instructions, tools)
+        if developer is None:
+            return []
+        if len(instructions) <= LONG_INSTRUCTIONS:
+            return self._render_message(developer, "instructions and tools")
+        framed = self._render_message(
+            developer_message(INSTRUCTIONS_MARKER, tools), "instructions and tools"
+        )
+        start = framed.index(self._message_token) + 1
+        head, middle, tail = framed[:start], framed[start:-1], framed[-1:]
+        text = self.encoding.decode(middle)
+        if text.count(INSTRUCTIONS_MARKER) != 1 or self.encode(text) != middle:
+            return self._render_message(developer, "instructions and tools")  # not framed
+        return head + self.encode(text.replace(INSTRUCTIONS_MARKER, instructions)) + tail
 
     def render_append(self, items: Sequence[Item]) -> list[int]:
         """Only ``items``, as they continue a conversation already rendered."""

@@ -17,15 +17,25 @@ T = TypeVar("T")
 # Below this many characters a render takes well under a millisecond, less than the hop to a
 # worker thread costs; above it, rendering moves off the event loop.
 INLINE_MAX_CHARS = 8 * 1024
+# Characters one request may hold (TURNPIKE_TOKENIZER_MAX_CHARS): its cost is checked
+# before any of it is encoded.
+DEFAULT_MAX_CHARS = 2 * 1024 * 1024
 
 
 class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
-    def __init__(self, renderer: Renderer) -> None:
+    def __init__(self, renderer: Renderer, max_chars: int = DEFAULT_MAX_CHARS) -> None:
         self._renderer = renderer
+        self._max_chars = max_chars
 
     async def _run(
         self, size: int, context: grpc.aio.ServicerContext, fn: Callable[..., T], *args: object
     ) -> T:
+        if size > self._max_chars:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"The input holds {size} characters of text, over the tokenizer's limit "
+                f"of {self._max_chars}.",
+            )
         try:
             if size <= INLINE_MAX_CHARS:
                 return fn(*args)

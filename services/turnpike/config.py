@@ -302,6 +302,25 @@ class GatewaySettings:
     max_frame_bytes: int = field(
         default_factory=lambda: env_int("TURNPIKE_MAX_FRAME_BYTES", 8 * 1024 * 1024)
     )
+    # Characters of text a create request may hold in all its strings (input,
+    # instructions, tools), checked before any backend sees it (gateway.bounds). The
+    # default is a 131,072-token context window at 8 characters a token, twice what
+    # English averages: an input over it would not fit the window anyway, and it keeps
+    # the tokenizer's work per request to about a second at worst.
+    max_input_chars: int = field(
+        default_factory=lambda: env_int("TURNPIKE_MAX_INPUT_CHARS", 1024 * 1024)
+    )
+    # Seconds a client has to send a request's head (request line and headers, also of
+    # a WebSocket upgrade) once it connects or starts a request; past it the connection
+    # is closed (408). Slow-header (slowloris) clients cannot hold connections forever.
+    header_timeout_s: float = field(
+        default_factory=lambda: env_float("TURNPIKE_HEADER_TIMEOUT_S", 10.0)
+    )
+    # Seconds a connection may keep the gateway from writing to it (a client that stopped
+    # reading its SSE stream or socket) before it is aborted, and its responses stopped.
+    write_stall_s: float = field(
+        default_factory=lambda: env_float("TURNPIKE_WRITE_STALL_TIMEOUT_S", 30.0)
+    )
     ws_max_active_responses: int = field(
         default_factory=lambda: env_int("TURNPIKE_WS_MAX_ACTIVE_RESPONSES", 16)
     )
@@ -384,6 +403,18 @@ class GatewaySettings:
         if self.max_in_flight < 0:
             raise ConfigError.invalid(
                 "TURNPIKE_MAX_IN_FLIGHT", str(self.max_in_flight), "must be 0 (off) or more"
+            )
+        if self.max_input_chars < 1:
+            raise ConfigError.invalid(
+                "TURNPIKE_MAX_INPUT_CHARS", str(self.max_input_chars), "must be at least 1"
+            )
+        if self.write_stall_s <= 0:
+            raise ConfigError.invalid(
+                "TURNPIKE_WRITE_STALL_TIMEOUT_S", str(self.write_stall_s), "must be above 0"
+            )
+        if self.header_timeout_s <= 0:
+            raise ConfigError.invalid(
+                "TURNPIKE_HEADER_TIMEOUT_S", str(self.header_timeout_s), "must be above 0"
             )
         if self.processes < 1:
             raise ConfigError.invalid(
@@ -509,6 +540,15 @@ class BillingSettings:
 class TokenizerSettings:
     # Where the o200k vocabulary is unpacked from its package for the harmony renderer.
     vocab_dir: str = field(default_factory=lambda: env_path("TURNPIKE_VOCAB_DIR", vocab_dir_in))
+    # Characters of text one render may hold (a whole conversation: instructions, tools
+    # and items); over it, RESOURCE_EXHAUSTED before any encoding. Long text is encoded
+    # in bounded pieces (turnpike.token_pieces), about a second per million characters at
+    # worst, so this bounds a request's time, and its memory (a token list of up to one
+    # token per character), too. Twice the gateway's TURNPIKE_MAX_INPUT_CHARS: a whole
+    # conversation this long could not fit a 131,072-token context window.
+    max_chars: int = field(
+        default_factory=lambda: env_int("TURNPIKE_TOKENIZER_MAX_CHARS", 2 * 1024 * 1024)
+    )
 
 
 @dataclass(frozen=True)

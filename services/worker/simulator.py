@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from turnpike import ids, token_bytes
 from turnpike.inference.v1 import inference_pb2 as pb
+from turnpike.token_pieces import encode_in_pieces
 from turnpike.vocab import harmony_encoding
 
 from worker import metrics
@@ -84,6 +85,10 @@ class SimulatorBackend:
         # Text that looks like a special token ("<|end|>" echoed from a tool output)
         # is plain text here. disallowed_special=() also skips harmony's per-call
         # scan for special tokens, which costs milliseconds even on short text.
+        # Answers quote the input: long text goes in bounded pieces (turnpike.token_pieces).
+        return encode_in_pieces(self._encode_whole, text)
+
+    def _encode_whole(self, text: str) -> list[int]:
         return self._encoding.encode(text, allowed_special=set(), disallowed_special=())
 
     def count_tokens(self, text: str) -> int:

@@ -116,13 +116,18 @@ def name_words(name: str) -> list[str]:
     return [w.lower() for w in re.split(r"[\W_]+", spaced) if w]
 
 
+# Longer "words" (a run of one letter, a base64 blob) carry no meaning to quote, and
+# quoting one would make the answer as long as the input.
+MAX_WORD_CHARS = 40
+
+
 def content_words(text: str) -> list[str]:
     """Distinct words of ``text`` that carry meaning, in order of appearance."""
     seen: dict[str, str] = {}
     for raw in _WORD.findall(text):
         word = _CONTRACTION.sub("", raw.strip("'-"))
         key = word.lower()
-        if len(key) >= 3 and key not in STOPWORDS and key not in seen:
+        if 3 <= len(key) <= MAX_WORD_CHARS and key not in STOPWORDS and key not in seen:
             seen[key] = word
     return list(seen.values())
 

@@ -33,6 +33,7 @@ ROOTS = {
         "uvloop",
         "httptools",
         "websockets",
+        "wsproto",
         "pillow",
         "redis",
         "async-timeout",

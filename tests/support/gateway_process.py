@@ -6,14 +6,18 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
 from support.procs import free_port, start_service
 
 
-def start_gateway(stack, ready_path="/readyz", **overrides) -> tuple[subprocess.Popen, str]:
-    """A gateway process on a free port, wired to the stack's backends unless overridden."""
+def start_gateway(
+    stack, ready_path="/readyz", log: Path | None = None, **overrides
+) -> tuple[subprocess.Popen, str]:
+    """A gateway process on a free port, wired to the stack's backends unless overridden;
+    its output goes to the file ``log`` when given."""
     port = free_port()
     env = {
         "TURNPIKE_GATEWAY_PORT": str(port),
@@ -26,7 +30,11 @@ def start_gateway(stack, ready_path="/readyz", **overrides) -> tuple[subprocess.
         "TURNPIKE_ALLOW_PIPELINE_OVERRIDE": "true",
         **overrides,
     }
-    proc = start_service("gateway", env)
+    if log is None:
+        proc = start_service("gateway", env)
+    else:
+        with log.open("ab") as out:  # the child keeps its own copy
+            proc = start_service("gateway", env, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

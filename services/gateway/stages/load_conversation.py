@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from gateway.conversation_state import ConversationState
 from gateway.conversation_store import ConversationStore
-from gateway.errors import invalid, not_found
+from gateway.errors import echo, invalid, not_found
 from gateway.items import to_proto
 from gateway.prepared import Parent, Prepared
 from gateway.stages.base import Resources, Stage
@@ -55,7 +55,7 @@ async def load_parent(
     chain = await load_chain(store, tenant, previous_id)
     if chain is None:
         raise invalid(
-            f"Previous response with id '{previous_id}' not found.",
+            f"Previous response with id {echo(previous_id)} not found.",
             "previous_response_id",
             "previous_response_not_found",
         )
@@ -80,7 +80,7 @@ async def load_stored_conversation(
     history = await conversations.items(tenant, conversation_id)
     if history is None:
         raise not_found(
-            f"Conversation with id '{conversation_id}' not found.",
+            f"Conversation with id {echo(conversation_id)} not found.",
             "conversation",
             "conversation_not_found",
         )

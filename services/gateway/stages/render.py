@@ -18,11 +18,14 @@ from gateway.request import CreateRequest
 from gateway.stages.base import Resources, Stage
 from gateway.stages.keys import content_keys
 
-# The tokenizer refuses input it cannot render: the client's to fix.
+# The tokenizer refuses input it cannot render, or too much of it: the client's to fix.
 RENDER_ERRORS = {
     grpc.StatusCode.INVALID_ARGUMENT: lambda err: invalid(
         err.details() or "The input could not be rendered.", "input"
-    )
+    ),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: lambda err: invalid(
+        err.details() or "The input is too large to render.", "input", "input_too_large"
+    ),
 }
 
 

@@ -8,7 +8,7 @@ from typing import ClassVar
 import grpc
 from turnpike.router.v1 import router_pb2
 
-from gateway.errors import invalid
+from gateway.errors import echo, invalid
 from gateway.prepared import Prepared
 from gateway.stages.base import Resources, Stage
 
@@ -36,7 +36,7 @@ class ResolveModel(Stage):
             router_pb2.ResolveModelRequest(model=name),
             {
                 grpc.StatusCode.NOT_FOUND: lambda _: invalid(
-                    f"The model '{name}' does not exist or you do not have access to it.",
+                    f"The model {echo(name)} does not exist or you do not have access to it.",
                     "model",
                     "model_not_found",
                 )
