@@ -174,6 +174,8 @@ TENANT_KEYS = {
     "faults": "sk-test-faults",
     "sdk": "sk-test-sdk",
     "metrics": "sk-test-metrics",
+    # The chaos test's agent loops, a tenant each (HAProxy spreads keys over the replicas).
+    **{f"chaos-{n}": f"sk-test-chaos-{n}" for n in range(1, 5)},
 }
 
 
