@@ -232,7 +232,10 @@ def container_stack(images: Images, otlp: Receiver) -> Iterator[ContainerStack]:
         "TURNPIKE_SERVER_KEY": base64.b64encode(os.urandom(32)).decode(),
     }
     compose = deploy_compose.Compose(
-        project=f"turnpike-test-{os.getpid()}", env=env, profiles=["redis"], quiet=True
+        project=f"{os.environ.get('COMPOSE_PROJECT_NAME', 'turnpike')}-test-{os.getpid()}",
+        env=env,
+        profiles=["redis"],
+        quiet=True,
     )
     begin = time.monotonic()
     try:

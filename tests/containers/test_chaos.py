@@ -21,6 +21,7 @@ import os
 import time
 from pathlib import Path
 
+import openai
 import pytest
 from openai import NotFoundError, OpenAI
 from support.chaos import AgentClient, FaultResult, Turn, table
@@ -191,13 +192,25 @@ def clients(container_stack):
             client.stop(CLIENT_TIMEOUT_S + HANG_MARGIN_S)
 
 
-def check_a_gateway_fault(result: FaultResult, victim: str) -> None:
-    """HTTP clients served by the stopped replica went on with their conversations on the
-    other one while it was down (the turn after continues with previous_response_id)."""
+def replicas_before(turns: list[Turn], moment: float) -> dict[str, str]:
+    """Each HTTP client's replica on its last completed turn before ``moment``."""
+    last: dict[str, Turn] = {}
+    for turn in sorted(turns, key=lambda t: t.ended):
+        if turn.ok and turn.replica and turn.ended < moment:
+            last[turn.client] = turn
+    return {client: turn.replica for client, turn in last.items()}
+
+
+def check_a_gateway_fault(result: FaultResult, turns: list[Turn], victim: str) -> None:
+    """While a replica was down nothing was served by it, and the HTTP clients it served
+    went on with their conversations on the other one (previous_response_id, from Redis)."""
     other = next(g for g in GATEWAYS if g != victim)
     during = [t for t in result.turns if t.ok and result.began < t.began < result.healed]
-    assert any(t.replica == other for t in during), f"no turn served by {other} during the stop"
     assert not any(t.replica == victim for t in during), f"{victim} answered while stopped"
+    for client, replica in replicas_before(turns, result.began).items():
+        if replica == victim:
+            moved = [t for t in during if t.client == client]
+            assert moved and all(t.replica == other for t in moved), (client, moved[:3])
 
 
 def results_path(tmp_path: Path) -> Path:
@@ -224,13 +237,15 @@ def test_chaos_one_container_at_a_time(container_stack, clients, tmp_path):
     for result in results:
         result.lost = [t.response_id for t in result.turns if t.response_id in lost]
 
+    served = replicas_before(turns, results[0].began)
     report = table(results)
     path = results_path(tmp_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         f"Chaos pass ({'full' if FULL else 'short'}): {len(clients)} SDK clients "
         f"(2 HTTP, 2 WebSocket, a tenant each) through HAProxy, Redis profile; "
-        f"{len(turns)} turns, {len(completed)} completed.\n\n{report}"
+        f"{len(turns)} turns, {len(completed)} completed. HTTP clients' replicas before the "
+        f"first fault (HAProxy hashes the key): {served}.\n\n{report}"
     )
     print(f"\n{report}\n(written to {path})")
 
@@ -241,4 +256,54 @@ def test_chaos_one_container_at_a_time(container_stack, clients, tmp_path):
     assert not lost, f"lost {len(lost)} of {len(completed)}: {sorted(lost)[:5]}"
     for result in results:
         if result.fault.startswith("stop gateway-"):
-            check_a_gateway_fault(result, result.fault.split()[1])
+            check_a_gateway_fault(result, turns, result.fault.split()[1])
+
+
+def test_redis_down_fails_fast_and_clearly_and_loses_nothing(container_stack):
+    """With the Redis profile, Redis is the response store: while it is down, what needs
+    no stored response still works (a stateless turn with ``store: false``, the models,
+    the usage), and what does fails within the store's bounds (a connect timeout of 2 s, a
+    socket timeout of 5 s) with the API's clear 503. Back again, it still holds every
+    response stored before (its append-only file)."""
+    stack = container_stack
+    redis = stack.container("redis")
+    with OpenAI(
+        base_url=stack.base_url, api_key=stack.keys["chaos-1"], max_retries=0, timeout=30
+    ) as sdk:
+        before = sdk.responses.create(model="turnpike-sim-4000", input="remember this")
+        redis.stop(timeout=10)
+        try:
+            began = time.monotonic()
+            stateless = sdk.responses.create(
+                model="turnpike-sim-4000", input="no state needed", store=False
+            )
+            assert stateless.status == "completed"
+            assert {m.id for m in sdk.models.list()} >= {"turnpike-sim-4000"}
+            for attempt in (
+                lambda: sdk.responses.create(model="turnpike-sim-4000", input="store me"),
+                lambda: sdk.responses.create(
+                    model="turnpike-sim-4000", previous_response_id=before.id, input="go on"
+                ),
+                lambda: sdk.responses.retrieve(before.id),
+            ):
+                with pytest.raises(openai.APIStatusError) as refused:
+                    attempt()
+                assert refused.value.status_code == 503, refused.value
+                assert refused.value.body["code"] == "service_unavailable", refused.value.body
+                assert "store" in refused.value.body["message"]
+            assert time.monotonic() - began < 30, "the failures were not fast"
+        finally:
+            redis.start()
+        wait_until_healthy(stack, ["redis"])
+        # The store is back, with what it held: the conversation goes on.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                after = sdk.responses.create(
+                    model="turnpike-sim-4000", previous_response_id=before.id, input="still here?"
+                )
+                break
+            except openai.APIStatusError as err:
+                assert time.monotonic() < deadline, f"the store did not come back: {err}"
+                time.sleep(0.5)
+        assert after.status == "completed" and after.previous_response_id == before.id
