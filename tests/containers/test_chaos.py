@@ -261,9 +261,10 @@ def test_chaos_one_container_at_a_time(container_stack, clients, tmp_path):
 
 def test_redis_down_fails_fast_and_clearly_and_loses_nothing(container_stack):
     """With the Redis profile, Redis is the response store: while it is down, what needs
-    no stored response still works (a stateless turn with ``store: false``, the models,
-    the usage), and what does fails within the store's bounds (a connect timeout of 2 s, a
-    socket timeout of 5 s) with the API's clear 503. Back again, it still holds every
+    no stored response still works (a stateless turn with ``store: false``, the models),
+    and what does fails within the store's bounds (a connect timeout of 2 s, a socket
+    timeout of 5 s), clearly: a 503 before the response exists, a failed response
+    (``service_unavailable``) after. Back again, it still holds every
     response stored before (its append-only file)."""
     stack = container_stack
     redis = stack.container("redis")
@@ -279,8 +280,11 @@ def test_redis_down_fails_fast_and_clearly_and_loses_nothing(container_stack):
             )
             assert stateless.status == "completed"
             assert {m.id for m in sdk.models.list()} >= {"turnpike-sim-4000"}
+            # A response the store cannot keep ends failed, saying why (never completed).
+            unsaved = sdk.responses.create(model="turnpike-sim-4000", input="store me")
+            assert unsaved.status == "failed" and unsaved.error is not None
+            assert unsaved.error.code == "service_unavailable", unsaved.error
             for attempt in (
-                lambda: sdk.responses.create(model="turnpike-sim-4000", input="store me"),
                 lambda: sdk.responses.create(
                     model="turnpike-sim-4000", previous_response_id=before.id, input="go on"
                 ),
