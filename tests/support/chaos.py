@@ -185,6 +185,7 @@ class FaultResult:
     settled: float  # every client completed a turn after the heal
     turns: list[Turn]  # those that began between the fault and settled
     lost: list[str] = field(default_factory=list)  # completed, yet missing from store/ledger
+    behind: list[str] = field(default_factory=list)  # clients that never recovered
 
     @property
     def failed(self) -> list[Turn]:
@@ -222,8 +223,9 @@ def table(results: Iterable[FaultResult]) -> str:
     ]
     for r in results:
         errors = "; ".join(f"{e} x{n}" for e, n in sorted(r.errors().items())) or "none"
+        recovery = f"{r.recovery_s:.1f}" if not r.behind else f"not ({', '.join(r.behind)})"
         lines.append(
             f"| {r.fault} | {len(r.turns)} | {len(r.failed)} | {r.error_rate:.0%} | "
-            f"{r.recovery_s:.1f} | {len(r.lost) or 'nothing'} | {errors} |"
+            f"{recovery} | {len(r.lost) or 'nothing'} | {errors} |"
         )
     return "\n".join(lines) + "\n"
