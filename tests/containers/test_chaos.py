@@ -105,12 +105,14 @@ def inject(stack, clients: list[AgentClient], kind: str, service: str) -> FaultR
     container = stack.container(service)
     began = time.monotonic()
     if kind == "stop":
-        container.stop(timeout=10)  # SIGTERM, then SIGKILL after 10 s
+        container.stop(timeout=10)  # SIGTERM, drain, exit (SIGKILL after 10 s)
+        down = time.monotonic()
         time.sleep(DOWN_S)
         container.start()
     else:
         network = network_of(stack)
         network.disconnect(container)
+        down = time.monotonic()
         time.sleep(PARTITION_S)
         network.connect(container, aliases=[service])  # its name again in Docker's DNS
     healed = time.monotonic()
@@ -126,7 +128,7 @@ def inject(stack, clients: list[AgentClient], kind: str, service: str) -> FaultR
         time.sleep(0.5)
     settled = time.monotonic()
     turns = [t for c in clients for t in c.snapshot() if t.ended >= began and t.began <= settled]
-    return FaultResult(f"{kind} {service}", began, healed, settled, turns, behind=behind)
+    return FaultResult(f"{kind} {service}", began, down, healed, settled, turns, behind=behind)
 
 
 # -- what must survive -------------------------------------------------------------------------
@@ -202,10 +204,11 @@ def replicas_before(turns: list[Turn], moment: float) -> dict[str, str]:
 
 
 def check_a_gateway_fault(result: FaultResult, turns: list[Turn], victim: str) -> None:
-    """While a replica was down nothing was served by it, and the HTTP clients it served
-    went on with their conversations on the other one (previous_response_id, from Redis)."""
+    """While a replica was down (its drain over) nothing was served by it, and the HTTP
+    clients it served went on with their conversations on the other one
+    (previous_response_id, from Redis)."""
     other = next(g for g in GATEWAYS if g != victim)
-    during = [t for t in result.turns if t.ok and result.began < t.began < result.healed]
+    during = [t for t in result.turns if t.ok and result.down < t.began < result.healed]
     assert not any(t.replica == victim for t in during), f"{victim} answered while stopped"
     for client, replica in replicas_before(turns, result.began).items():
         if replica == victim:

@@ -181,6 +181,7 @@ def describe_status(err: openai.APIStatusError) -> str:
 class FaultResult:
     fault: str  # "stop gateway-1", "partition worker-2"
     began: float
+    down: float  # the container stopped (its drain over), or cut off
     healed: float  # the container started, or reconnected
     settled: float  # every client completed a turn after the heal
     turns: list[Turn]  # those that began between the fault and settled
