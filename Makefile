@@ -56,7 +56,7 @@ test: venv
 
 # Containers (deploy/, compose.yaml, .env). Compose is `docker compose` or `docker-compose`,
 # whichever this machine has. PROFILES=redis adds the optional Redis tier; Jaeger runs
-# when its image is here. LOGS_ARGS="--follow gateway" to follow one service.
+# when its image is here. LOGS_ARGS="--follow gateway-1" to follow one service.
 images: venv
 	$(PY) deploy/images.py
 
