@@ -8,7 +8,7 @@ PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
 .PHONY: help venv protos ports run test lint format lock clean images up down logs ps bench-services bench bench-load \
-	bench-fairness bench-overload soak
+	bench-fairness bench-overload soak chaos
 
 help:
 	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1)"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-fairness  one tenant's agent loops, alone and while another floods (bench/results/fairness.*)"
 	@echo "make bench-overload  300 and 600 long streams at once, shedding off and on (bench/results/overload.*)"
 	@echo "make soak    a steady light load for 10 minutes, the memory of every service (bench/results/soak.*)"
+	@echo "make chaos   stop and partition every container under load, one at a time (bench/results/chaos.md)"
 
 # The virtual environment is rebuilt whenever the lock file changes.
 $(VENV)/.installed: requirements.lock pyproject.toml
@@ -56,7 +57,7 @@ test: venv
 
 # Containers (deploy/, compose.yaml, .env). Compose is `docker compose` or `docker-compose`,
 # whichever this machine has. PROFILES=redis adds the optional Redis tier; Jaeger runs
-# when its image is here. LOGS_ARGS="--follow gateway" to follow one service.
+# when its image is here. LOGS_ARGS="--follow gateway-1" to follow one service.
 images: venv
 	$(PY) deploy/images.py
 
@@ -102,6 +103,13 @@ bench-overload: venv
 # every service's RSS sampled (10 minutes; BENCH_ARGS='--duration 1800' for 30).
 soak: venv
 	$(PY) -m bench.soak $(BENCH_ARGS)
+
+# Chaos on the container stack (tests/containers/test_chaos.py): under a steady agent-loop
+# load, every container stopped and started again, and a few cut off the network, one at a
+# time (about 15 minutes). `make test` runs a short pass (a gateway replica and a worker).
+chaos: images
+	TURNPIKE_CHAOS=full CHAOS_RESULTS=bench/results/chaos.md $(PY) -m pytest \
+		-s tests/containers/test_chaos.py -k one_container_at_a_time
 
 lint: venv
 	$(PY) -m ruff check .

@@ -5,8 +5,9 @@ registry.
    missing is pulled; one that cannot be pulled is built here as a stand-in under the
    same name, from Debian bookworm packages (debootstrap, then ``docker import``):
    ``PYTHON_IMAGE`` (minbase + Debian's python3, 3.11), ``REDIS_IMAGE`` (minbase +
-   ``redis-server``), ``PROMETHEUS_IMAGE`` (minbase + ``prometheus``, promtool included)
-   and ``CHROMIUM_IMAGE`` (chromium and chromium-driver: the dashboard's browser test,
+   ``redis-server``), ``PROMETHEUS_IMAGE`` (minbase + ``prometheus``, promtool included),
+   ``HAPROXY_IMAGE`` (minbase + ``haproxy``: the gateway replicas' load balancer) and
+   ``CHROMIUM_IMAGE`` (chromium and chromium-driver: the dashboard's browser test,
    not part of the stack). ``JAEGER_IMAGE`` cannot be built that way; without it the
    stack runs without Jaeger (``make up`` says so).
 2. The wheels of every pinned package the services need (deploy/requirements/), for
@@ -154,6 +155,18 @@ STANDINS = {
             '"--web.listen-address=0.0.0.0:9090"]',
         ),
     ),
+    # Upstream's user and configuration path (`docker import` cannot set its STOPSIGNAL;
+    # compose.yaml sets the stop signal).
+    "haproxy": StandIn(
+        "haproxy",
+        ("haproxy",),
+        (
+            "ENV LANG=C.UTF-8",
+            "USER haproxy",
+            "WORKDIR /var/lib/haproxy",
+            'CMD ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]',
+        ),
+    ),
 }
 
 # Removed from a stand-in's root filesystem, as Debian's own slim images do.
@@ -290,6 +303,7 @@ def ensure_third_party(env: dict[str, str]) -> dict[str, str]:
         ("PYTHON_IMAGE", "python"),
         ("REDIS_IMAGE", "redis"),
         ("PROMETHEUS_IMAGE", "prometheus"),
+        ("HAPROXY_IMAGE", "haproxy"),
     ):
         image = env[key]
         if image_exists(image):

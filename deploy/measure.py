@@ -43,7 +43,9 @@ def free_port() -> int:
 
 def image_sizes(env: dict[str, str]) -> dict[str, float]:
     names = [f"{env['IMAGE_NAME']}/{s}:{env['IMAGE_VERSION']}" for s in SERVICES]
-    names += [env["PYTHON_IMAGE"], env["REDIS_IMAGE"], env["PROMETHEUS_IMAGE"]]
+    names += [
+        env[key] for key in ("PYTHON_IMAGE", "REDIS_IMAGE", "PROMETHEUS_IMAGE", "HAPROXY_IMAGE")
+    ]
     sizes = {}
     for name in names:
         out = subprocess.run(

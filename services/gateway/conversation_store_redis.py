@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 
 from redis import asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from gateway.conversation_store import StoredConversation
@@ -40,7 +43,14 @@ def _dump(value: object) -> str:
 
 class RedisConversationStore:
     def __init__(self, url: str, ttl_s: int, prefix: str = "turnpike:conversation") -> None:
-        self._redis = aioredis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+        # One retry, at once, on a connection that broke (a pooled one Redis dropped when it
+        # restarted); the operations are idempotent. Not on a timeout: that bound holds.
+        self._redis = aioredis.from_url(
+            url,
+            socket_timeout=5,
+            socket_connect_timeout=2,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        )
         self._ttl = ttl_s
         self._prefix = prefix
         self._append = self._redis.register_script(APPEND)

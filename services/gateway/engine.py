@@ -31,7 +31,7 @@ from gateway.admission import AdmissionControl
 from gateway.background import BackgroundResponses
 from gateway.billing_outbox import BillingOutbox
 from gateway.conversation_state import ConversationState
-from gateway.errors import ApiError
+from gateway.errors import ApiError, store_unavailable
 from gateway.event_queue import ResponseEventQueue
 from gateway.events import Event, ResponseEvents
 from gateway.items import Item, to_proto
@@ -46,7 +46,7 @@ from gateway.stages.render import render_all
 from gateway.stages.resolve_images import image_tokens
 from gateway.stages.route import pick_worker
 from gateway.stages.validate_history import join_conversation
-from gateway.store import StoredResponse, history_of, load_chain
+from gateway.store import StoredResponse, StoreUnavailable, history_of, load_chain
 from gateway.tracing import end_response_span
 
 log = logging.getLogger(__name__)
@@ -212,13 +212,16 @@ class ResponseEngine:
                         terminal = events.cancelled(
                             usage(prompt_tokens, 0, generation.output_tokens)
                         )
+        except StoreUnavailable as err:
+            log.warning("response %s failed: %s", queue.response_id, err)
+            terminal = events.failed("service_unavailable", store_unavailable().message)
         except Exception:
             log.exception("response %s failed", queue.response_id)
             terminal = events.failed(
                 "server_error", "The server had an error while generating the response."
             )
         finally:
-            await self._finish(prepared, generation, terminal, queue)
+            await self._finish(prepared, events, generation, terminal, queue)
 
     def _compact_if_over(self, prepared: Prepared, events: ResponseEvents) -> list[Event]:
         """``context_management`` compaction: past the threshold, the whole conversation
@@ -411,12 +414,15 @@ class ResponseEngine:
     async def _finish(
         self,
         prepared: Prepared,
+        events: ResponseEvents,
         generation: Generation,
         terminal: list[Event],
         queue: ResponseEventQueue,
     ) -> None:
-        """Cache, store and bill before the terminal event leaves: a client that
-        continues right after it must find its parent."""
+        """Store, cache and bill before the terminal event leaves: a client that
+        continues right after it must find its parent. A response the store could not
+        keep ends failed (service_unavailable), never completed: a client must not continue
+        from what the store does not hold. What was generated is billed either way."""
         response, ctx, request, policy = (
             prepared.response,
             prepared.ctx,
@@ -424,9 +430,24 @@ class ResponseEngine:
             prepared.policy,
         )
         assert response is not None and policy is not None
+        use = response.get("usage") or {}  # what was generated, whatever the ending
         try:
             with ctx.stage("finalize"):
                 finished_ok = response["status"] in ("completed", "incomplete")
+                stored = True
+                if request.store:
+                    try:
+                        await self._store(prepared)
+                    except StoreUnavailable as err:
+                        log.warning("storing response %s failed: %s", response["id"], err)
+                        stored = False
+                if response["usage"] and request.generate:
+                    await self._bill(prepared)
+                if finished_ok and not stored:
+                    terminal[-1:] = events.failed(
+                        "service_unavailable", store_unavailable().message
+                    )
+                    finished_ok = False
                 cache = ctx.connection_cache
                 # A truncated render covers only the items left: nothing may append to it.
                 prompt = prepared.prompt
@@ -437,17 +458,12 @@ class ResponseEngine:
                     cache.put(response["id"], self._next_state(prepared, generation))
                 elif cache is not None and request.previous_response_id:
                     cache.evict_after_failure(request.previous_response_id, ctx.lane)
-                if request.store:
-                    await self._store(prepared)
                 if finished_ok and request.conversation:  # the turn joins its conversation
                     turn = [*request.input_items, *response["output"]]
                     await self.res.conversations.append(ctx.tenant, request.conversation, turn)
-                if response["usage"] and request.generate:
-                    await self._bill(prepared)
         except Exception:
             log.exception("finalizing response %s failed", response["id"])
         self._stamp_overhead(prepared, generation, terminal)
-        use = response.get("usage") or {}
         await self._release(ctx, use.get("input_tokens", 0) + use.get("output_tokens", 0))
         end_response_span(ctx.span, response)
         queue.final = response

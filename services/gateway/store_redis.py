@@ -12,6 +12,9 @@ import json
 import logging
 
 from redis import asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from gateway.store import StoredResponse, StoreUnavailable
@@ -21,7 +24,14 @@ log = logging.getLogger(__name__)
 
 class RedisResponseStore:
     def __init__(self, url: str, ttl_s: int, prefix: str = "turnpike:response") -> None:
-        self._redis = aioredis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+        # One retry, at once, on a connection that broke (a pooled one Redis dropped when it
+        # restarted); the operations are idempotent. Not on a timeout: that bound holds.
+        self._redis = aioredis.from_url(
+            url,
+            socket_timeout=5,
+            socket_connect_timeout=2,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        )
         self._ttl = ttl_s
         self._prefix = prefix
 

@@ -2,8 +2,8 @@
 
 ``container_stack`` (session scope) is the whole stack of compose.yaml, from the images
 `make images` built, as a Compose project of its own (its own network, volume and
-published gateway and Prometheus ports, so it runs beside a `make up` stack), with the
-optional Redis tier enabled. Its services export OTLP to ``otlp``, a receiver in this process that
+published API and Prometheus ports, so it runs beside a `make up` stack), with the
+optional Redis tier enabled: two gateway replicas behind HAProxy, sharing Redis. Its services export OTLP to ``otlp``, a receiver in this process that
 the containers reach through the Docker host (``host.docker.internal``).
 
 Compose runs through deploy/compose.py (``docker compose`` or ``docker-compose``, whichever
@@ -16,6 +16,7 @@ engine but without the images, they fail: `make test` builds them first.
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import time
@@ -81,7 +82,7 @@ def images(docker_engine: None) -> Images:
     settings = deploy_compose.read_env()
     found = Images(settings)
     wanted = [found.service(s) for s in SERVICES]
-    wanted += [settings["PYTHON_IMAGE"], settings["PROMETHEUS_IMAGE"]]
+    wanted += [settings[key] for key in ("PYTHON_IMAGE", "PROMETHEUS_IMAGE", "HAPROXY_IMAGE")]
     if missing := [name for name in wanted if not deploy_compose.image_exists(name)]:
         pytest.fail(f"images missing: {', '.join(missing)}; run `make images`", pytrace=False)
     return found
@@ -173,13 +174,20 @@ TENANT_KEYS = {
     "faults": "sk-test-faults",
     "sdk": "sk-test-sdk",
     "metrics": "sk-test-metrics",
+    # The chaos test's agent loops, a tenant each (HAProxy spreads keys over the replicas).
+    **{f"chaos-{n}": f"sk-test-chaos-{n}" for n in range(1, 5)},
 }
+
+
+# The gateway replicas of compose.yaml, behind HAProxy, which names the one that answered.
+GATEWAYS = ("gateway-1", "gateway-2")
+REPLICA_HEADER = "x-turnpike-replica"
 
 
 @dataclass
 class ContainerStack:
     compose: object  # deploy/compose.py's Compose
-    gateway: str  # http://127.0.0.1:<port>
+    gateway: str  # http://127.0.0.1:<port>: HAProxy, in front of the replicas
     keys: dict[str, str]  # tenant -> API key
     ready_after_s: float
     prometheus: str = ""  # http://127.0.0.1:<port>, its UI and HTTP API
@@ -220,6 +228,8 @@ def container_stack(images: Images, otlp: Receiver) -> Iterator[ContainerStack]:
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://host.docker.internal:{otlp.port}",
         # Export within a fifth of a second, so the tests wait little.
         "OTEL_BSP_SCHEDULE_DELAY": "200",
+        # One sealing key for both gateway replicas, as .env asks of a real deployment.
+        "TURNPIKE_SERVER_KEY": base64.b64encode(os.urandom(32)).decode(),
     }
     # A project of its own per run; COMPOSE_PROJECT_NAME (as for `make images`) names it,
     # so runs from several checkouts are told apart.

@@ -3,6 +3,7 @@ stack promises, checked so an edit cannot quietly break them."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -13,8 +14,8 @@ import yaml
 from turnpike.catalogue import SERVICES
 
 REPO = Path(__file__).resolve().parents[2]
-TURNPIKE_SERVICES = {
-    "gateway",
+GATEWAYS = {"gateway-1", "gateway-2"}
+TURNPIKE_SERVICES = GATEWAYS | {
     "safety",
     "tokenizer",
     "router",
@@ -25,6 +26,8 @@ TURNPIKE_SERVICES = {
 }
 BACKENDS = {"safety", "tokenizer", "router", "billing", "imageres"}
 LEDGER_DIR = "/var/lib/turnpike/billing"
+HAPROXY = REPO / "deploy" / "haproxy"
+MONITOR_PORT = 8404
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +54,19 @@ def test_env_is_the_single_configuration_surface(dotenv):
     for key, value in dotenv.items():
         # docker-compose 1.x expands nothing inside .env, and keeps inline comments.
         assert "${" not in value and " #" not in value, key
-    for image in ("PYTHON_IMAGE", "REDIS_IMAGE", "PROMETHEUS_IMAGE", "JAEGER_IMAGE"):
+    for image in (
+        "PYTHON_IMAGE",
+        "REDIS_IMAGE",
+        "PROMETHEUS_IMAGE",
+        "HAPROXY_IMAGE",
+        "JAEGER_IMAGE",
+    ):
         assert dotenv[image]
 
 
 def test_every_service_has_a_health_check_and_a_memory_limit(compose):
     services = compose["services"]
-    assert TURNPIKE_SERVICES | {"redis", "jaeger", "prometheus"} == set(services)
+    assert TURNPIKE_SERVICES | {"haproxy", "redis", "jaeger", "prometheus"} == set(services)
     for name, service in services.items():
         test = service.get("healthcheck", {}).get("test")
         assert test and test[0] in ("CMD", "CMD-SHELL"), name
@@ -86,10 +95,11 @@ def test_every_container_is_hardened(compose):
     assert compose["services"]["redis"]["user"] == "redis"  # the official image's too
 
 
-def test_only_the_gateway_prometheus_and_the_jaeger_ui_are_published(compose):
+def test_only_the_load_balancer_prometheus_and_the_jaeger_ui_are_published(compose):
+    """The API's one way in is HAProxy: the gateway replicas are not published."""
     published = {name: s["ports"] for name, s in compose["services"].items() if s.get("ports")}
-    assert set(published) == {"gateway", "prometheus", "jaeger"}
-    assert published["gateway"] == ["${PUBLISH_ADDRESS}:${GATEWAY_PUBLISHED_PORT}:${GATEWAY_PORT}"]
+    assert set(published) == {"haproxy", "prometheus", "jaeger"}
+    assert published["haproxy"] == ["${PUBLISH_ADDRESS}:${GATEWAY_PUBLISHED_PORT}:${GATEWAY_PORT}"]
     assert published["prometheus"] == ["${PUBLISH_ADDRESS}:${PROMETHEUS_PUBLISHED_PORT}:9090"]
     assert published["jaeger"] == ["${PUBLISH_ADDRESS}:${JAEGER_UI_PUBLISHED_PORT}:16686"]
 
@@ -102,10 +112,12 @@ def test_one_named_network_for_everything(compose):
 
 def test_depends_on_only_for_hard_prerequisites(compose):
     services = compose["services"]
-    gateway = services["gateway"]["depends_on"]
-    assert set(gateway) == BACKENDS  # not Redis (optional), not Jaeger, not the workers
-    assert all(dep["condition"] == "service_healthy" for dep in gateway.values())
-    others = [n for n, s in services.items() if n != "gateway" and s.get("depends_on")]
+    for name in GATEWAYS:
+        gateway = services[name]["depends_on"]
+        assert set(gateway) == BACKENDS  # not Redis (optional), not Jaeger, not the workers
+        assert all(dep["condition"] == "service_healthy" for dep in gateway.values())
+    # Not even HAProxy on the replicas: it finds them by name (Docker's DNS) when they come.
+    others = [n for n, s in services.items() if n not in GATEWAYS and s.get("depends_on")]
     assert not others
 
 
@@ -161,12 +173,73 @@ def test_prometheus_scrapes_every_turnpike_service_on_the_metrics_port(compose, 
         for static in job["static_configs"]
         for target in static["targets"]
     }
-    turnpike = {t: job for t, job in targets.items() if job != "prometheus"}
+    turnpike = {t: job for t, job in targets.items() if job not in ("prometheus", "haproxy")}
     assert turnpike == {f"{n}:{dotenv['METRICS_PORT']}": n.split("-")[0] for n in TURNPIKE_SERVICES}
+    # HAProxy's built-in exporter, on its monitor port.
+    assert {t for t, job in targets.items() if job == "haproxy"} == {f"haproxy:{MONITOR_PORT}"}
     assert config["rule_files"] == ["rules.yml"]
     prometheus = compose["services"]["prometheus"]
     assert prometheus["volumes"] == ["./deploy/prometheus:/etc/prometheus:ro"]
     assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
+
+
+def haproxy_sections() -> dict[str, list[str]]:
+    """haproxy.cfg as {section header: its lines}, comments dropped."""
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for raw in (HAPROXY / "haproxy.cfg").read_text().splitlines():
+        line = raw.split("#")[0].rstrip()
+        if not line.strip():
+            continue
+        if not raw.startswith((" ", "\t")):
+            current = line.strip()
+            sections[current] = []
+        else:
+            sections[current].append(" ".join(line.split()))
+    return sections
+
+
+def test_haproxy_balances_every_gateway_replica(compose):
+    """Every gateway service is a server of both backends (ready: /readyz; alive: /healthz,
+    when none is ready), by the name and port compose gives it; WebSocket tunnels are kept
+    long; a tenant's key sticks to one replica."""
+    haproxy = compose["services"]["haproxy"]
+    assert haproxy["environment"] == {"GATEWAY_PORT": "${GATEWAY_PORT}"}
+    assert haproxy["volumes"] == ["./deploy/haproxy:/usr/local/etc/haproxy:ro"]
+    assert haproxy["read_only"] is True
+    sections = haproxy_sections()
+    assert 'bind :"${GATEWAY_PORT}"' in sections["frontend api"]
+    assert f"bind :{MONITOR_PORT}" in sections["frontend monitor"]
+    assert (
+        "http-request use-service prometheus-exporter if { path /metrics }"
+        in sections["frontend monitor"]
+    )
+    assert str(MONITOR_PORT) in " ".join(haproxy["healthcheck"]["test"])
+    for backend, path in (("ready", "/readyz"), ("alive", "/healthz")):
+        lines = sections[f"backend {backend}"]
+        servers = {line.split()[1]: line.split()[2] for line in lines if line.startswith("server ")}
+        assert servers == {name: f'{name}:"${{GATEWAY_PORT}}"' for name in sorted(GATEWAYS)}
+        assert f"http-check send meth GET uri {path}" in lines
+        assert "balance hdr(Authorization)" in lines and "hash-type consistent" in lines
+    defaults = sections["defaults"]
+    assert "timeout tunnel 1h" in defaults and "timeout http-request 10s" in defaults
+
+
+def test_haproxy_errors_are_in_the_api_shape():
+    """What the proxy answers itself (no replica, a replica gone mid-answer, a timeout) is
+    the API's error body, so an SDK client reads a clear message."""
+    configured = [
+        line.split()[2] for line in haproxy_sections()["defaults"] if line.startswith("errorfile")
+    ]
+    assert len(configured) >= 4
+    for path in configured:
+        raw = (HAPROXY / path.removeprefix("/usr/local/etc/haproxy/")).read_bytes()
+        head, _, body = raw.partition(b"\r\n\r\n")
+        status = int(head.split()[1])
+        assert path.endswith(f"/{status}.http")
+        assert b"Content-Type: application/json" in head
+        error = json.loads(body)["error"]
+        assert set(error) == {"message", "type", "code", "param"} and error["message"]
 
 
 def test_compose_accepts_the_file():

@@ -140,7 +140,7 @@ def mebibytes(quantity: str) -> int:
 def test_memory_limits_match_compose():
     compose = yaml.safe_load((REPO / "compose.yaml").read_text())["services"]
     for workload, _, container in containers():
-        service = "worker-1" if workload == "worker" else workload
+        service = {"worker": "worker-1", "gateway": "gateway-1"}.get(workload, workload)
         compose_limit = int(str(compose[service]["mem_limit"]).rstrip("m"))
         assert mebibytes(container["resources"]["limits"]["memory"]) == compose_limit, workload
 

@@ -123,7 +123,7 @@ def test_a_lone_backend_reports_serving(images):
 
 
 def test_third_party_stand_ins_say_what_they_are(images):
-    for key in ("PYTHON_IMAGE", "REDIS_IMAGE", "PROMETHEUS_IMAGE"):
+    for key in ("PYTHON_IMAGE", "REDIS_IMAGE", "PROMETHEUS_IMAGE", "HAPROXY_IMAGE"):
         labels = inspect(images.settings[key])["Config"].get("Labels") or {}
         if "org.turnpike.stand-in" not in labels:
             continue  # the real image, pulled

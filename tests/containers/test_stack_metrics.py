@@ -28,8 +28,18 @@ SCRAPE_S = float(CONFIG["global"]["scrape_interval"].rstrip("s"))
 # machine: a few intervals, never more.
 DEADLINE_S = SCRAPE_S * 8
 TENANT = "metrics"
-JOBS = {"gateway", "safety", "tokenizer", "router", "billing", "imageres", "worker", "prometheus"}
-BACKENDS = JOBS - {"gateway", "prometheus"}
+JOBS = {
+    "gateway",
+    "safety",
+    "tokenizer",
+    "router",
+    "billing",
+    "imageres",
+    "worker",
+    "haproxy",
+    "prometheus",
+}
+BACKENDS = JOBS - {"gateway", "haproxy", "prometheus"}
 MODEL = "turnpike-sim"
 EVERY_TURN_STAGES = {"validate_history", "resolve_model", "safety", "render", "route", "generate"}
 
@@ -149,6 +159,7 @@ def test_every_target_is_up(prometheus):
         jobs.setdefault(target["labels"]["job"], []).append(target["labels"]["instance"])
     assert set(jobs) == JOBS
     assert sorted(jobs["worker"]) == ["worker-1:9464", "worker-2:9464"]
+    assert sorted(jobs["gateway"]) == ["gateway-1:9464", "gateway-2:9464"]
 
 
 def test_responses_and_tokens_of_the_tenant_are_counted_exactly(prometheus, traffic):

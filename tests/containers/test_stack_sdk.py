@@ -26,7 +26,9 @@ def client(container_stack):
 def test_the_stack_came_up_healthy_with_every_service(container_stack):
     states = {s.service: s for s in container_stack.compose.states()}
     expected = {
-        "gateway",
+        "gateway-1",
+        "gateway-2",
+        "haproxy",
         "safety",
         "tokenizer",
         "router",

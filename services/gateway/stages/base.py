@@ -94,13 +94,18 @@ class Concurrently:
 
     async def perform(self, p: Prepared, res: Resources) -> None:
         wanted = [stage for stage in self.stages if stage.applies(p)]
+        failed: ApiError | None = None
         try:
             async with asyncio.TaskGroup() as group:
                 for stage in wanted:
                     group.create_task(_timed(stage, p, res))
-        except* ApiError as failed:
-            # A client error from any stage (a block, a bad image) answers the request.
-            raise failed.exceptions[0] from None
+        except* ApiError as group_failed:
+            failed = group_failed.exceptions[0]  # type: ignore[assignment]
+        if failed is not None:
+            # An API error from any stage (a block, a bad image, a backend away) answers
+            # the request. Raised here, not inside except*: there, Python before 3.11.4
+            # (Debian's 3.11.2, the images') wraps it in an ExceptionGroup, a 500.
+            raise failed
         for stage in wanted:
             stage.check(p)
 

@@ -1,0 +1,79 @@
+"""A response store that goes away in the middle of a response (Redis stopped between the
+response's first save and its last, as the chaos test does): the client must not get a
+completed response the store does not hold (the engine bills what was generated either
+way: the chaos test checks the ledger)."""
+
+from __future__ import annotations
+
+from gateway.engine import ResponseEngine
+from gateway.model_cache import ModelConfigCache
+from gateway.pipelines import SPRINT
+from gateway.stages import Resources
+from gateway.store import StoredResponse, StoreUnavailable
+from gateway.store_memory import InMemoryResponseStore
+from gateway.token_cache import TokenCache
+from support.gateway_standins import TENANT, StandIns, create, prepare
+from turnpike.image_resolution import Limits
+
+
+class StoreGoesAway(InMemoryResponseStore):
+    """Saves the first ``works`` puts, then is unavailable."""
+
+    def __init__(self, works: int) -> None:
+        super().__init__(100)
+        self.works = works
+
+    async def put(self, record: StoredResponse) -> None:
+        if self.works == 0:
+            raise StoreUnavailable("redis put failed: connection refused")
+        self.works -= 1
+        await super().put(record)
+
+
+class Outbox:
+    """Records what the engine bills."""
+
+    def __init__(self) -> None:
+        self.events = []
+
+    async def submit(self, event, link) -> None:
+        self.events.append(event)
+
+    async def record_now(self, event, link) -> None:
+        self.events.append(event)
+
+
+async def respond(store: InMemoryResponseStore) -> tuple[list[dict], Outbox]:
+    outbox = Outbox()
+    resources = Resources(StandIns(), store, ModelConfigCache(30.0), TokenCache(10**6), Limits())
+    engine = ResponseEngine(resources, outbox=outbox)
+    # generate=False: the response completes without a worker, through the same finish.
+    prepared = await prepare(engine, create(generate=False), SPRINT)
+    queue = engine.start(prepared)
+    return [event async for event in queue.events()], outbox
+
+
+async def test_a_response_the_store_lost_ends_failed_and_clear_not_completed() -> None:
+    store = StoreGoesAway(works=1)  # the in-progress save works, the final one does not
+    events, _ = await respond(store)
+    terminal = events[-1]
+    assert terminal["type"] == "response.failed", [e["type"] for e in events]
+    error = terminal["response"]["error"]
+    assert error["code"] == "service_unavailable" and "store" in error["message"]
+
+
+async def test_a_store_down_from_the_start_fails_the_response_clearly() -> None:
+    events, outbox = await respond(StoreGoesAway(works=0))
+    terminal = events[-1]
+    assert terminal["type"] == "response.failed"
+    assert terminal["response"]["error"]["code"] == "service_unavailable"
+    assert outbox.events == []  # nothing was generated
+
+
+async def test_with_the_store_up_the_response_completes_and_is_kept() -> None:
+    store = StoreGoesAway(works=10)
+    events, _ = await respond(store)
+    assert events[-1]["type"] == "response.completed"
+    assert (await store.get(TENANT, events[-1]["response"]["id"])).response["status"] == (
+        "completed"
+    )
