@@ -8,12 +8,13 @@ PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
 .PHONY: help venv protos ports run test lint format lock clean images up down logs ps bench-services bench bench-load \
-	bench-fairness bench-overload soak
+	bench-fairness bench-overload soak openapi fuzz
 
 help:
 	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1)"
 	@echo "make test    the whole test suite"
 	@echo "make protos  regenerate gRPC stubs from protos/"
+	@echo "make openapi  regenerate services/gateway/openapi.json from specs/ (served at /openapi.json)"
 	@echo "make ports   write the ports of services/turnpike/catalogue.py into .env and deploy/k8s"
 	@echo "make lint    ruff check and format check"
 	@echo "make up      the stack as containers (builds what is missing, waits until healthy); make down|ps|logs"
@@ -37,6 +38,11 @@ venv: $(VENV)/.installed
 
 protos: venv
 	$(PY) scripts/gen_protos.py
+
+# The gateway's OpenAPI document, assembled from the Open Responses schemas (a test fails
+# when it is stale or misses a route).
+openapi: venv
+	$(PY) scripts/gen_openapi.py
 
 # Ports live in services/turnpike/catalogue.py; .env and the Kubernetes base get theirs
 # from it (a test fails when they are stale).
