@@ -6,14 +6,18 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import IO
 
 import httpx
 import pytest
 from support.procs import free_port, start_service
 
 
-def start_gateway(stack, ready_path="/readyz", **overrides) -> tuple[subprocess.Popen, str]:
-    """A gateway process on a free port, wired to the stack's backends unless overridden."""
+def start_gateway(
+    stack, ready_path="/readyz", output: IO[bytes] | None = None, **overrides
+) -> tuple[subprocess.Popen, str]:
+    """A gateway process on a free port, wired to the stack's backends unless overridden;
+    its stdout and stderr go to ``output`` when given (a test reading its log)."""
     port = free_port()
     env = {
         "TURNPIKE_GATEWAY_PORT": str(port),
@@ -26,7 +30,8 @@ def start_gateway(stack, ready_path="/readyz", **overrides) -> tuple[subprocess.
         "TURNPIKE_ALLOW_PIPELINE_OVERRIDE": "true",
         **overrides,
     }
-    proc = start_service("gateway", env)
+    captured = {} if output is None else {"stdout": output, "stderr": subprocess.STDOUT}
+    proc = start_service("gateway", env, **captured)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
