@@ -24,6 +24,7 @@ help:
 	@echo "make bench-load  1 to 100 agent loops at once over raw WebSocket and HTTP/SSE (bench/results/load.*)"
 	@echo "make bench-fairness  one tenant's agent loops, alone and while another floods (bench/results/fairness.*)"
 	@echo "make bench-overload  300 and 600 long streams at once, shedding off and on (bench/results/overload.*)"
+	@echo "make fuzz    the HTTP, WebSocket and gRPC fuzzers, longer (FUZZ_EXAMPLES=200 examples per case)"
 	@echo "make soak    a steady light load for 10 minutes, the memory of every service (bench/results/soak.*)"
 
 # The virtual environment is rebuilt whenever the lock file changes.
@@ -108,6 +109,14 @@ bench-overload: venv
 # every service's RSS sampled (10 minutes; BENCH_ARGS='--duration 1800' for 30).
 soak: venv
 	$(PY) -m bench.soak $(BENCH_ARGS)
+
+# The fuzzers of the test suite (tests/test_fuzz_*.py: schemathesis over the gateway's
+# OpenAPI document, hypothesis over WebSocket frames and gRPC messages) with more examples
+# than `make test` runs (8 per case); e.g. FUZZ_EXAMPLES=1000 for a night.
+FUZZ_EXAMPLES ?= 200
+fuzz: venv
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -p no:cacheprovider --timeout=0 \
+		tests/test_fuzz_http.py tests/test_fuzz_websocket.py tests/test_fuzz_grpc.py
 
 lint: venv
 	$(PY) -m ruff check .
