@@ -1,8 +1,8 @@
 """A WebSocket fuzzer (hypothesis) against a real gateway process over the real backends,
 on the real endpoint ``/v1/responses``: frames of random JSON, wrong field types and
 unknown event types; huge, binary and invalid UTF-8 frames, nested JSON; interleaved
-``stream_id`` lanes; ``previous_response_id`` of another tenant, of a response that did
-not complete, and of the future. The property: each bad request gets an error event (of
+``stream_id`` lanes; ``previous_response_id`` of another tenant, of a failed or incomplete
+response, and of the future. The property: each bad request gets an error event (of
 the API's shape, on its lane), the socket is usable afterwards (a valid request then
 completes), and the gateway logs no server error.
 
@@ -14,6 +14,7 @@ import json
 import os
 import re
 import secrets
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.fuzz_gateway import MAX_BYTES, FuzzGateway, start_fuzz_gateway, stop_fuzz_gateway
+from support.gateway_process import stop
 from support.openresponses import validate_ws_event
+from support.procs import free_port, start_service
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
@@ -359,3 +362,69 @@ def test_previous_response_id_of_a_response_that_did_not_complete(
         )
         assert until_terminal(sock)[-1]["type"] in RAN
         assert_usable(sock)
+
+
+@pytest.fixture(scope="module")
+def failing_gateway(stack, tmp_path_factory) -> Iterator[FuzzGateway]:
+    """A gateway whose only worker fails every generation (its router routes to nothing
+    else): its responses end ``response.failed``."""
+    worker_port, router_port = free_port(), free_port()
+    worker = start_service(
+        "worker",
+        {
+            "TURNPIKE_WORKER_PORT": str(worker_port),
+            "TURNPIKE_WORKER_ID": "failing",
+            "TURNPIKE_WORKER_ERROR_RATE": "1.0",
+        },
+    )
+    router = start_service(
+        "router",
+        {
+            "TURNPIKE_ROUTER_PORT": str(router_port),
+            "TURNPIKE_WORKERS": f"failing=127.0.0.1:{worker_port}",
+        },
+    )
+    gateway = None
+    try:
+        gateway = start_fuzz_gateway(
+            stack,
+            tmp_path_factory.mktemp("fuzz-ws-failing") / "gateway.log",
+            TURNPIKE_ROUTER_ADDR=f"127.0.0.1:{router_port}",
+        )
+        # The router routes once its health check has seen the worker (about a second).
+        deadline = time.monotonic() + 20
+        while (first := create(gateway))["type"] == "error" and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert first["type"] == "response.failed", first
+        yield gateway
+    finally:
+        if gateway is not None:
+            stop_fuzz_gateway(gateway)
+        for proc in (router, worker):
+            stop(proc)
+
+
+@pytest.mark.parametrize("lane", [None, "a"])
+def test_previous_response_id_of_a_failed_response(
+    failing_gateway: FuzzGateway, lane: str | None
+) -> None:
+    """A failed response's id, continued: the request ends with an error or a failed
+    response on its lane, and the socket goes on (a warm-up, which needs no worker, then
+    completes); the log holds no server error."""
+    start = failing_gateway.log_size()
+    failed = create(failing_gateway)
+    assert failed["type"] == "response.failed", failed
+    with connect(failing_gateway) as sock:
+        body = {**VALID, "input": "again", "previous_response_id": failed["response"]["id"]}
+        if lane is not None:
+            body["stream_id"] = lane
+        sock.send(json.dumps(body))
+        last = until_terminal(sock)[-1]
+        assert last["type"] in ("error", "response.failed"), last
+        assert last.get("stream_id") == lane
+        if last["type"] == "error":
+            assert_api_error(last, {"previous_response_id", "input", "model"})
+        sock.send(json.dumps({**VALID, "input": "warm up", "generate": False}))
+        assert until_terminal(sock)[-1]["type"] == "response.completed"
+    assert failing_gateway.alive()
+    assert failing_gateway.server_errors(start) == []

@@ -45,7 +45,7 @@ class FuzzGateway:
         return self.proc.poll() is None
 
 
-def start_fuzz_gateway(stack, log_path: Path) -> FuzzGateway:
+def start_fuzz_gateway(stack, log_path: Path, **overrides: str) -> FuzzGateway:
     with log_path.open("wb") as output:
         proc, base = start_gateway(
             stack,
@@ -53,6 +53,7 @@ def start_fuzz_gateway(stack, log_path: Path) -> FuzzGateway:
             TURNPIKE_API_KEYS=",".join(f"{key}:{tenant}" for tenant, key in KEYS.items()),
             TURNPIKE_MAX_BODY_BYTES=str(MAX_BYTES),
             TURNPIKE_MAX_FRAME_BYTES=str(MAX_BYTES),
+            **overrides,
         )
     return FuzzGateway(proc, base, log_path)
 
