@@ -3,8 +3,9 @@ tokenizer, router, worker, billing and imageres, each sent generated messages (a
 of fields, unknown enum numbers, extreme numbers), oversized histories (a repeated field
 with thousands of elements) and garbage bytes as the request message. The property: the
 call ends with a status (a reply or an error code) within its deadline, never a hang;
-the service stays alive and answers its next call (its health check); and a malformed
-message is never UNKNOWN (an unhandled exception in the servicer).
+the service stays alive and answers its next call (its health check); a malformed
+message is never UNKNOWN (an unhandled exception in the servicer) nor INTERNAL; and the
+stack services' logs gain no ERROR and no traceback.
 
 Safety, tokenizer, worker and imageres are the session stack's; router and billing run
 as processes of their own (random usage must not reach the session's ledger, nor random
@@ -13,6 +14,7 @@ routes its router's state). ``FUZZ_EXAMPLES`` examples per method (8 by default)
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -124,6 +126,21 @@ def services(stack, tmp_path_factory) -> Iterator[dict[str, str]]:
         for proc, _ in own.values():
             proc.terminate()
             proc.wait(15)
+
+
+SERVER_ERROR = re.compile(r"\bERROR\b|Traceback")
+
+
+@pytest.fixture(autouse=True)
+def no_server_errors(stack) -> Iterator[None]:
+    """The stack services' logs gain no ERROR and no traceback during the test."""
+    logs = {log: log.stat().st_size for log in Path(stack.log_dir).glob("*.log")}
+    yield
+    for log, size in logs.items():
+        with log.open("rb") as file:
+            file.seek(size)
+            new = file.read().decode(errors="replace").splitlines()
+        assert [line for line in new if SERVER_ERROR.search(line)] == [], log.name
 
 
 def call(address: str, method: Method, request: bytes) -> grpc.StatusCode:
