@@ -206,8 +206,40 @@ def operation(op_id: str, summary: str, responses: Schema, **more: Any) -> Schem
     return {"operationId": op_id, "summary": summary, "responses": responses, **more}
 
 
+def _type_values(variant: Schema, schemas: dict[str, Schema], prop: str) -> list[str]:
+    """The values of ``prop`` (``type``) that select ``variant``: its enum or const."""
+    target = schemas[variant["$ref"].rsplit("/", 1)[-1]] if "$ref" in variant else variant
+    field = target.get("properties", {}).get(prop, {})
+    return list(field.get("enum", [])) or ([field["const"]] if "const" in field else [])
+
+
+def add_discriminator_mappings(node: Any, schemas: dict[str, Schema]) -> None:
+    """The spec's discriminators name ``type`` without a mapping, which OpenAPI reads as
+    "the value is the schema's name" (``Message``, not ``message``). Map each value of a
+    variant's ``type`` to the variant, where every variant has its values."""
+    if isinstance(node, list):
+        for item in node:
+            add_discriminator_mappings(item, schemas)
+        return
+    if not isinstance(node, dict):
+        return
+    discriminator = node.get("discriminator")
+    variants = node.get("oneOf") or node.get("anyOf")
+    if discriminator and variants and "mapping" not in discriminator:
+        refs = [v for v in variants if "$ref" in v]
+        values = [_type_values(v, schemas, discriminator["propertyName"]) for v in refs]
+        if refs and len(refs) == len(variants) and all(values):
+            discriminator["mapping"] = {
+                value: ref["$ref"] for ref, vs in zip(refs, values, strict=True) for value in vs
+            }
+    for value in node.values():
+        add_discriminator_mappings(value, schemas)
+
+
 def build(spec: dict[str, Any]) -> dict[str, Any]:
     """The gateway's document: ``spec``'s components and two paths, and the rest by hand."""
+    spec = copy.deepcopy(spec)
+    add_discriminator_mappings(spec, spec["components"]["schemas"])
     paths = spec["paths"]
     create = copy.deepcopy(paths["/responses"]["post"])
     create["requestBody"] = json_body(ref("CreateResponseBody"))  # JSON only, as served

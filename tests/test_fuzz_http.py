@@ -1,7 +1,8 @@
 """Property-based fuzzing of the HTTP API from the gateway's own OpenAPI document
 (schemathesis, valid and invalid requests), against a real gateway process over the real
 backends, with a tenant's key. The property, for every operation: no 5xx, and every 4xx
-is the API's error shape, naming the request field at fault in ``param`` when one is.
+is the API's error shape, naming the request field at fault in ``param`` when one is;
+and every answer is one the document describes (status, content type, body schema).
 
 Bounded here (``FUZZ_EXAMPLES`` examples per operation, 8 by default); ``make fuzz``
 runs it longer."""
@@ -18,6 +19,11 @@ import schemathesis
 from gateway.openapi_api import DOCUMENT_PATH
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 from support.fuzz_gateway import FuzzGateway, start_fuzz_gateway, stop_fuzz_gateway
 
 pytestmark = pytest.mark.stack
@@ -127,7 +133,16 @@ def test_http_api(label: str, mode: schemathesis.GenerationMode, fuzz_gateway: F
     )
     def request(case: schemathesis.Case) -> None:
         response = case.call(base_url=fuzz_gateway.base, headers=fuzz_gateway.headers(), timeout=30)
-        case.validate_response(response, checks=[not_a_server_error, api_error_shape])
+        case.validate_response(
+            response,
+            checks=[
+                not_a_server_error,
+                api_error_shape,
+                status_code_conformance,
+                content_type_conformance,
+                response_schema_conformance,
+            ],
+        )
 
     request()
     assert fuzz_gateway.alive()
