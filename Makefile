@@ -8,12 +8,13 @@ PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
 .PHONY: help venv protos ports run test lint format lock clean images up down logs ps bench-services bench bench-load \
-	bench-fairness bench-overload soak chaos
+	bench-fairness bench-overload soak chaos openapi fuzz
 
 help:
 	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1)"
 	@echo "make test    the whole test suite"
 	@echo "make protos  regenerate gRPC stubs from protos/"
+	@echo "make openapi  regenerate services/gateway/openapi.json from specs/ (served at /openapi.json)"
 	@echo "make ports   write the ports of services/turnpike/catalogue.py into .env and deploy/k8s"
 	@echo "make lint    ruff check and format check"
 	@echo "make up      the stack as containers (builds what is missing, waits until healthy); make down|ps|logs"
@@ -23,6 +24,7 @@ help:
 	@echo "make bench-load  1 to 100 agent loops at once over raw WebSocket and HTTP/SSE (bench/results/load.*)"
 	@echo "make bench-fairness  one tenant's agent loops, alone and while another floods (bench/results/fairness.*)"
 	@echo "make bench-overload  300 and 600 long streams at once, shedding off and on (bench/results/overload.*)"
+	@echo "make fuzz    the HTTP, WebSocket and gRPC fuzzers, longer (FUZZ_EXAMPLES=200 examples per case)"
 	@echo "make soak    a steady light load for 10 minutes, the memory of every service (bench/results/soak.*)"
 	@echo "make chaos   stop and partition every container under load, one at a time (bench/results/chaos.md)"
 
@@ -38,6 +40,11 @@ venv: $(VENV)/.installed
 
 protos: venv
 	$(PY) scripts/gen_protos.py
+
+# The gateway's OpenAPI document, assembled from the Open Responses schemas (a test fails
+# when it is stale or misses a route).
+openapi: venv
+	$(PY) scripts/gen_openapi.py
 
 # Ports live in services/turnpike/catalogue.py; .env and the Kubernetes base get theirs
 # from it (a test fails when they are stale).
@@ -110,6 +117,14 @@ soak: venv
 chaos: images
 	TURNPIKE_CHAOS=full CHAOS_RESULTS=bench/results/chaos.md $(PY) -m pytest \
 		-s tests/containers/test_chaos.py -k one_container_at_a_time
+
+# The fuzzers of the test suite (tests/test_fuzz_*.py: schemathesis over the gateway's
+# OpenAPI document, hypothesis over WebSocket frames and gRPC messages) with more examples
+# than `make test` runs (8 per case); e.g. FUZZ_EXAMPLES=1000 for a night.
+FUZZ_EXAMPLES ?= 200
+fuzz: venv
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -p no:cacheprovider --timeout=0 \
+		tests/test_fuzz_http.py tests/test_fuzz_websocket.py tests/test_fuzz_grpc.py
 
 lint: venv
 	$(PY) -m ruff check .

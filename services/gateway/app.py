@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from turnpike import telemetry
 from turnpike.config import GatewaySettings
 
-from gateway import conversations_api, dashboard_api, http_api, ws_api
+from gateway import conversations_api, dashboard_api, http_api, openapi_api, ws_api
 from gateway.errors import ApiError, invalid, server_error, store_unavailable
 from gateway.json_response import JSONResponse
 from gateway.store import StoreUnavailable
@@ -47,13 +47,14 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        openapi_url=None,  # ours is assembled from the spec (gateway.openapi_api)
         telemetry=FASTAPI_TELEMETRY,
     )
     app.include_router(http_api.router)
     app.include_router(ws_api.router)
     app.include_router(dashboard_api.router)
     app.include_router(conversations_api.router)
+    app.include_router(openapi_api.router)
 
     def error_response(err: ApiError) -> JSONResponse:
         return JSONResponse(err.body(), status_code=err.status, headers=err.headers)

@@ -27,6 +27,7 @@ import logging
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.wsproto_impl import WSProtocol
+from wsproto import ConnectionState, events
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +76,22 @@ class WriteStallMixin:
 
 
 class BoundedWSProtocol(WriteStallMixin, WSProtocol):
-    """uvicorn's wsproto protocol, aborting a socket whose client stopped reading."""
+    """uvicorn's wsproto protocol, aborting a socket whose client stopped reading, and
+    failing a connection that breaks the protocol with a close frame."""
 
     def __init__(self, *args, write_stall_s: float, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.write_stall_s = write_stall_s
+
+    def handle_close(self, event: events.CloseConnection) -> None:
+        # wsproto reports a frame it cannot parse (a text frame that is not UTF-8: 1007)
+        # as if the client had closed, with the connection still open; uvicorn then drops
+        # the socket without a close frame. Send ours first, with the failure's code, so
+        # the client learns why (RFC 6455, 7.1.7).
+        if not self.close_sent and self.conn.state == ConnectionState.OPEN:
+            reason = (event.reason or "")[:120]  # a close frame's payload is 125 bytes at most
+            self.transport.write(self.conn.send(events.CloseConnection(event.code, reason)))
+        super().handle_close(event)
 
 
 class HeadTimeoutProtocol(WriteStallMixin, HttpToolsProtocol):

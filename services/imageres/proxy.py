@@ -7,6 +7,7 @@ Upstream failures become an ``Error`` event in the relayed stream (the stream co
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 
 import grpc
@@ -38,6 +39,19 @@ class WorkerChannels:
         self._stubs.clear()
         for channel in channels:
             await channel.close()
+
+
+# host:port, the host a name or an IPv4 address, or an IPv6 one in brackets: what the
+# router hands out. Anything else would be resolved (a DNS wait on the caller's deadline)
+# and kept as a channel of its own.
+WORKER_ADDRESS_RE = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$"
+)
+
+
+def is_worker_address(address: str) -> bool:
+    match = WORKER_ADDRESS_RE.match(address)
+    return match is not None and 1 <= int(match.group(1)) <= 65535
 
 
 def error_event(code: str, message: str, retryable: bool) -> inference_pb2.GenerateEvent:

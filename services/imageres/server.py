@@ -14,7 +14,7 @@ from turnpike.imageres.v1 import imageres_pb2, imageres_pb2_grpc
 from turnpike.inference.v1 import inference_pb2
 
 from imageres import metrics
-from imageres.proxy import WorkerChannels, error_event, relay_generate
+from imageres.proxy import WorkerChannels, error_event, is_worker_address, relay_generate
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,10 @@ class ImageResolverServicer(imageres_pb2_grpc.ImageResolverServicer):
     ) -> AsyncIterator[inference_pb2.GenerateEvent]:
         if not request.worker_address:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "worker_address is required")
+        if not is_worker_address(request.worker_address):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "worker_address must be host:port"
+            )
         if not request.HasField("request"):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request is required")
         generate = request.request

@@ -14,6 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from turnpike import metrics, telemetry
 from turnpike.config import GrpcServerSettings, log_level
+from turnpike.grpc_malformed import MalformedRequestInterceptor
 from turnpike.grpc_metrics import RpcMetricsInterceptor
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,12 @@ async def serve(
         # A second server on a taken port must fail, not silently share it.
         ("grpc.so_reuseport", 0),
     ]
-    interceptors = [*telemetry.grpc_server_interceptors(), RpcMetricsInterceptor()]
+    # Innermost last: a request that does not parse is INVALID_ARGUMENT, counted as such.
+    interceptors = [
+        *telemetry.grpc_server_interceptors(),
+        RpcMetricsInterceptor(),
+        MalformedRequestInterceptor(),
+    ]
     server = grpc.aio.server(interceptors=interceptors, options=options)
     register(server)
     health_servicer = health.aio.HealthServicer()

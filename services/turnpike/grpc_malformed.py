@@ -1,0 +1,89 @@
+"""A request message that does not parse is the caller's error: INVALID_ARGUMENT.
+
+grpcio deserializes before any servicer runs, and answers a message it cannot parse
+with INTERNAL (unary) or UNKNOWN with a logged traceback (streaming replies). This
+interceptor wraps each method's deserializer so a ``DecodeError`` becomes a marker, and
+its behaviour so the marker aborts with INVALID_ARGUMENT. It must be the innermost
+interceptor: the others keep the deserializer it installs.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+
+@dataclass(frozen=True)
+class _Malformed:
+    reason: str
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except DecodeError as err:
+            return _Malformed(str(err))
+
+    return deserialize
+
+
+async def _refuse(request: _Malformed, context: grpc.aio.ServicerContext) -> None:
+    await context.abort(
+        grpc.StatusCode.INVALID_ARGUMENT, f"The request message does not parse: {request.reason}"
+    )
+
+
+def _unary(inner: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    async def behavior(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if isinstance(request, _Malformed):
+            await _refuse(request, context)
+        result = inner(request, context)
+        return await result if inspect.isawaitable(result) else result
+
+    return behavior
+
+
+def _streaming(inner: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
+    async def behavior(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        if isinstance(request, _Malformed):
+            await _refuse(request, context)
+        result = inner(request, context)
+        if inspect.isawaitable(result):  # writes with context.write, returns nothing
+            await result
+            return
+        async for message in result:
+            yield message
+
+    return behavior
+
+
+class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_streaming:
+            return handler  # our services take one request message per call
+        deserializer = _tolerant(handler.request_deserializer)
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(
+                _streaming(handler.unary_stream),
+                request_deserializer=deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return grpc.unary_unary_rpc_method_handler(
+            _unary(handler.unary_unary),
+            request_deserializer=deserializer,
+            response_serializer=handler.response_serializer,
+        )
