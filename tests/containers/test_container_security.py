@@ -9,20 +9,8 @@ import json
 import subprocess
 
 import pytest
+from support.compose_services import STACK_SERVICES
 
-# What the container stack runs (its Redis profile on; Jaeger only when its image exists).
-EXPECTED = {
-    "gateway",
-    "safety",
-    "tokenizer",
-    "router",
-    "billing",
-    "imageres",
-    "worker-1",
-    "worker-2",
-    "prometheus",
-    "redis",
-}
 ROOT = ("", "root", "0")
 
 
@@ -39,7 +27,7 @@ def inspected(container_stack) -> dict[str, dict]:
 
 
 def test_every_service_runs(inspected):
-    assert EXPECTED <= set(inspected)
+    assert STACK_SERVICES <= set(inspected)
 
 
 def test_no_container_runs_as_root(inspected):

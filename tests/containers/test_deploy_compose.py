@@ -11,20 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.compose_services import BACKENDS, GATEWAYS, TURNPIKE_SERVICES
 from turnpike.catalogue import SERVICES
 
 REPO = Path(__file__).resolve().parents[2]
-GATEWAYS = {"gateway-1", "gateway-2"}
-TURNPIKE_SERVICES = GATEWAYS | {
-    "safety",
-    "tokenizer",
-    "router",
-    "billing",
-    "imageres",
-    "worker-1",
-    "worker-2",
-}
-BACKENDS = {"safety", "tokenizer", "router", "billing", "imageres"}
 LEDGER_DIR = "/var/lib/turnpike/billing"
 HAPROXY = REPO / "deploy" / "haproxy"
 MONITOR_PORT = 8404

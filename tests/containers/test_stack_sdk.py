@@ -9,6 +9,7 @@ import httpx
 import jsonschema
 import pytest
 from openai import OpenAI
+from support.compose_services import STACK_SERVICES
 from support.tools import WEATHER_TOOL, only_call, tool_result
 
 
@@ -25,21 +26,7 @@ def client(container_stack):
 
 def test_the_stack_came_up_healthy_with_every_service(container_stack):
     states = {s.service: s for s in container_stack.compose.states()}
-    expected = {
-        "gateway-1",
-        "gateway-2",
-        "haproxy",
-        "safety",
-        "tokenizer",
-        "router",
-        "billing",
-        "imageres",
-        "worker-1",
-        "worker-2",
-        "redis",
-        "prometheus",
-    }
-    assert set(states) == expected
+    assert set(states) == STACK_SERVICES
     assert all(s.status == "running" and s.health == "healthy" for s in states.values()), states
     ready = httpx.get(f"{container_stack.gateway}/readyz", timeout=10)
     assert ready.status_code == 200 and ready.json()["ready"] is True
