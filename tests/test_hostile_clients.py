@@ -484,3 +484,77 @@ def test_a_websocket_client_that_leaves_before_the_first_token_stops_generation(
         time.sleep(0.2)
     assert now["responses"] - before["responses"] == 1
     assert now["output_tokens"] - before["output_tokens"] < 1000  # of about 2,000 asked
+
+
+def test_an_sse_client_that_leaves_before_the_first_token_stops_generation(stack):
+    """Gone while safety and rendering run (the response's headers read, no event yet):
+    the stream's first write finds the client gone, the worker stops, and what was
+    generated, if anything, is billed once."""
+    key = stack.api_keys["bob"]
+    before = usage_of(stack, key)
+    with httpx.stream(
+        "POST",
+        f"{stack.base_url}/responses",
+        json={**LONG_ASK, "stream": True},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    ) as reply:
+        assert reply.status_code == 200
+    deadline = time.monotonic() + 60
+    while (now := usage_of(stack, key))["responses"] == before["responses"] or now[
+        "pending_events"
+    ]:
+        assert time.monotonic() < deadline, "the response was never billed"
+        time.sleep(0.2)
+    assert now["responses"] - before["responses"] == 1
+    assert now["output_tokens"] - before["output_tokens"] < 1000  # of about 2,000 asked
+
+
+SHORT_ASK = {"model": "turnpike-sim", "input": "Say hello.", "text": {"verbosity": "high"}}
+
+
+def _billed_once_as_stored(stack, key: str, before: dict, response_id: str) -> None:
+    stored = settled(stack, key, response_id)
+    assert stored["status"] in ("completed", "cancelled"), stored["status"]
+    after = usage_of(stack, key)
+    assert after["responses"] - before["responses"] == 1
+    assert after["output_tokens"] - before["output_tokens"] == stored["usage"]["output_tokens"]
+    assert stored["usage"]["output_tokens"] > 0
+
+
+def test_an_sse_client_that_leaves_at_the_last_token_is_billed_what_was_generated(stack):
+    """Gone once the text is done, before the terminal event: whether the response ends
+    completed or cancelled, billing charges exactly what it stored, once."""
+    key = stack.api_keys["bob"]
+    before = usage_of(stack, key)
+    with httpx.stream(
+        "POST",
+        f"{stack.base_url}/responses",
+        json={**SHORT_ASK, "stream": True},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    ) as reply:
+        response_id = None
+        for line in reply.iter_lines():
+            if line.startswith("data: {"):
+                event = json.loads(line[6:])
+                if event["type"] == "response.created":
+                    response_id = event["response"]["id"]
+                if event["type"] == "response.output_text.done":
+                    break
+    assert response_id is not None
+    _billed_once_as_stored(stack, key, before, response_id)
+
+
+def test_a_websocket_client_that_leaves_at_the_last_token_is_billed_what_was_generated(stack):
+    key = stack.api_keys["bob"]
+    before = usage_of(stack, key)
+    with ws(stack.ws_url, key) as sock:
+        sock.send(json.dumps({"type": "response.create", **SHORT_ASK}))
+        while True:
+            event = json.loads(sock.recv(timeout=30))
+            if event["type"] == "response.created":
+                response_id = event["response"]["id"]
+            if event["type"] == "response.output_text.done":
+                break
+    _billed_once_as_stored(stack, key, before, response_id)
