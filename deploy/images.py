@@ -102,6 +102,8 @@ class StandIn:
     kind: str
     packages: tuple[str, ...]
     changes: tuple[str, ...]  # `docker import --change` instructions
+    # Empty folders the image's USER owns (an import can RUN nothing to make them).
+    owned_dirs: tuple[str, ...] = ()
 
 
 STANDINS = {
@@ -135,10 +137,12 @@ STANDINS = {
         (
             "ENV LANG=C.UTF-8",
             "USER redis",
-            "WORKDIR /var/lib/redis",
+            "WORKDIR /data",
             "EXPOSE 6379",
             'CMD ["redis-server", "--protected-mode", "no"]',
         ),
+        # Upstream's data folder, so a volume mounted there is Redis's to write in both.
+        owned_dirs=("data",),
     ),
     # Upstream's entry point and flags, with Debian's paths (its package's user owns them).
     "prometheus": StandIn(
@@ -240,6 +244,25 @@ def remove_rootfs(rootfs: Path) -> None:
         shutil.rmtree(rootfs)
 
 
+def owned_dirs(standin: StandIn, rootfs: Path) -> list[tarfile.TarInfo]:
+    """Tar entries of ``standin.owned_dirs``, owned by the user its USER change names."""
+    if not standin.owned_dirs:
+        return []
+    user = next(c.split()[1] for c in standin.changes if c.startswith("USER "))
+    entry = next(
+        line.split(":")
+        for line in (rootfs / "etc/passwd").read_text().splitlines()
+        if line.split(":")[0] == user
+    )
+    entries = []
+    for relative in standin.owned_dirs:
+        info = tarfile.TarInfo(f"./{relative}")
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        info.uid, info.gid, info.uname, info.gname = int(entry[2]), int(entry[3]), user, user
+        entries.append(info)
+    return entries
+
+
 def build_standin(standin: StandIn, image: str) -> None:
     ensure_debootstrap()
     rootfs = BUILD / "rootfs" / standin.kind
@@ -286,6 +309,8 @@ def build_standin(standin: StandIn, image: str) -> None:
     assert importer.stdin is not None
     with tarfile.open(fileobj=importer.stdin, mode="w|") as tar:
         tar.add(rootfs, arcname=".")
+        for folder in owned_dirs(standin, rootfs):
+            tar.addfile(folder)
     importer.stdin.close()
     if importer.wait() != 0:
         raise SystemExit(f"[images] docker import of {image} failed")
