@@ -61,3 +61,30 @@ def test_longest_word_measures_the_longest_stretch_without_a_cut_point() -> None
     assert longest_word("a" * 500) == 500
     assert longest_word("ab cd" + " " + "x" * 300 + ", y") == 301
     assert longest_word("The quick brown fox. " * 1000) < 10
+
+
+def test_only_text_with_a_long_run_is_cut() -> None:
+    from turnpike.token_pieces import MAX_PIECE, has_long_run
+
+    assert not has_long_run("An ordinary sentence, with punctuation. " * 500)
+    assert not has_long_run("word " * 10_000 + "\n\n" + "x" * (MAX_PIECE - 1))
+    assert has_long_run("x" * MAX_PIECE)
+    assert has_long_run("text " + " \n\t" * MAX_PIECE)  # mixed whitespace is one o200k word
+    assert has_long_run("text" + "\u3000" * MAX_PIECE)  # Unicode whitespace counts too
+    assert has_long_run("a" + "\u00e9" * MAX_PIECE)
+
+
+def test_a_long_run_of_unicode_whitespace_is_encoded_in_pieces(monkeypatch) -> None:
+    import turnpike.token_pieces as token_pieces
+
+    seen: list[int] = []
+
+    def encode(text: str) -> list[int]:
+        seen.append(len(text))
+        return [0] * len(text)
+
+    token_pieces.encode_in_pieces(encode, "start" + "\u3000" * 100_000)
+    assert max(seen) <= token_pieces.MAX_PIECE
+    seen.clear()
+    token_pieces.encode_in_pieces(encode, "An ordinary sentence. " * 1000)
+    assert seen == [22_000]  # whole: nothing to cut
