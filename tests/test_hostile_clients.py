@@ -421,18 +421,35 @@ def settled(stack, key: str, response_id: str) -> dict:
     pytest.fail(f"response {response_id} still running a minute after its client left")
 
 
+def sse_create(stack, key: str, body: dict):
+    """A streamed create, open: the caller reads as much of it as it wants, then leaves."""
+    return httpx.stream(
+        "POST",
+        f"{stack.base_url}/responses",
+        json={**body, "stream": True},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+
+
+def billed_once(stack, key: str, before: dict) -> dict:
+    """The tenant's usage once one more response is billed and nothing is pending."""
+    deadline = time.monotonic() + 60
+    while (now := usage_of(stack, key))["responses"] == before["responses"] or now[
+        "pending_events"
+    ]:
+        assert time.monotonic() < deadline, "the response was never billed"
+        time.sleep(0.2)
+    assert now["responses"] - before["responses"] == 1
+    return now
+
+
 def test_an_sse_client_that_leaves_mid_stream_stops_generation_and_is_billed_for_it(stack):
     """~2,000 tokens at 65 a second would take half a minute: the client leaves after its
     first deltas, the worker stops, and billing charges the tokens generated."""
     key = stack.api_keys["bob"]
     before = usage_of(stack, key)
-    with httpx.stream(
-        "POST",
-        f"{stack.base_url}/responses",
-        json={**LONG_ASK, "stream": True},
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=30,
-    ) as reply:
+    with sse_create(stack, key, LONG_ASK) as reply:
         deltas, response_id = 0, None
         for line in reply.iter_lines():
             if line.startswith("data: {"):
@@ -476,13 +493,7 @@ def test_a_websocket_client_that_leaves_before_the_first_token_stops_generation(
     before = usage_of(stack, key)
     with ws(stack.ws_url, key) as sock:
         sock.send(json.dumps({"type": "response.create", **LONG_ASK}))
-    deadline = time.monotonic() + 60
-    while (now := usage_of(stack, key))["responses"] == before["responses"] or now[
-        "pending_events"
-    ]:
-        assert time.monotonic() < deadline, "the response was never billed"
-        time.sleep(0.2)
-    assert now["responses"] - before["responses"] == 1
+    now = billed_once(stack, key, before)
     assert now["output_tokens"] - before["output_tokens"] < 1000  # of about 2,000 asked
 
 
@@ -492,21 +503,9 @@ def test_an_sse_client_that_leaves_before_the_first_token_stops_generation(stack
     generated, if anything, is billed once."""
     key = stack.api_keys["bob"]
     before = usage_of(stack, key)
-    with httpx.stream(
-        "POST",
-        f"{stack.base_url}/responses",
-        json={**LONG_ASK, "stream": True},
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=30,
-    ) as reply:
+    with sse_create(stack, key, LONG_ASK) as reply:
         assert reply.status_code == 200
-    deadline = time.monotonic() + 60
-    while (now := usage_of(stack, key))["responses"] == before["responses"] or now[
-        "pending_events"
-    ]:
-        assert time.monotonic() < deadline, "the response was never billed"
-        time.sleep(0.2)
-    assert now["responses"] - before["responses"] == 1
+    now = billed_once(stack, key, before)
     assert now["output_tokens"] - before["output_tokens"] < 1000  # of about 2,000 asked
 
 
@@ -527,13 +526,7 @@ def test_an_sse_client_that_leaves_at_the_last_token_is_billed_what_was_generate
     completed or cancelled, billing charges exactly what it stored, once."""
     key = stack.api_keys["bob"]
     before = usage_of(stack, key)
-    with httpx.stream(
-        "POST",
-        f"{stack.base_url}/responses",
-        json={**SHORT_ASK, "stream": True},
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=30,
-    ) as reply:
+    with sse_create(stack, key, SHORT_ASK) as reply:
         response_id = None
         for line in reply.iter_lines():
             if line.startswith("data: {"):

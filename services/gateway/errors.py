@@ -7,6 +7,7 @@ failure after streaming began becomes ``response.failed`` instead (see events).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +94,38 @@ def invalid_type(param: str, expected: str) -> ApiError:
         code="invalid_type",
         param=param,
     )
+
+
+def missing(param: str) -> ApiError:
+    return invalid(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
+
+
+def require_str(raw: dict[str, Any], key: str, param: str, expected: str = "a string") -> str:
+    """``raw[key]``, a string the request must hold at ``param.key``."""
+    value = raw.get(key)
+    if value is None:
+        raise missing(f"{param}.{key}")
+    if not isinstance(value, str):
+        raise invalid_type(f"{param}.{key}", expected)
+    return value
+
+
+def typed_entries(
+    raw: list[Any], param: str, kind: str, supported: str
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each entry of an array of ``{"type": kind, ...}`` objects, with its param; another
+    type is refused as ``only <supported> supported``."""
+    for i, entry in enumerate(raw):
+        entry_param = f"{param}[{i}]"
+        if not isinstance(entry, dict):
+            raise invalid_type(entry_param, "an object")
+        if entry.get("type") != kind:
+            raise invalid(
+                f"Invalid '{entry_param}.type': only {supported} supported.",
+                f"{entry_param}.type",
+                "invalid_value",
+            )
+        yield entry_param, entry
 
 
 def not_found(message: str, param: str | None = None, code: str | None = None) -> ApiError:

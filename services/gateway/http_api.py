@@ -14,7 +14,7 @@ from turnpike.ids import new_id
 from turnpike.router.v1 import router_pb2
 
 from gateway import bounds
-from gateway.errors import ApiError, conflict, echo, invalid, not_found, too_large
+from gateway.errors import ApiError, conflict, echo, invalid, missing, not_found, too_large
 from gateway.event_queue import ResponseEventQueue
 from gateway.json_codec import dump_bytes, parse_json
 from gateway.json_response import JSONResponse
@@ -282,7 +282,7 @@ async def compact_response(request: Request) -> Response:
     # Unlike a create (which falls back to the default model), compact requires its
     # model, as the spec's CompactResponseMethodPublicBody and the SDK's compact() do.
     if isinstance(body, dict) and body.get("model") is None:
-        raise invalid("Missing required parameter: 'model'.", "model", "missing_required_parameter")
+        raise missing("model")
     create = parse_create(body, default_model=gw.settings.default_model)
     output, input_tokens = await gw.engine.compact(create, tenant)
     return JSONResponse(

@@ -17,7 +17,7 @@ import io
 import mimetypes
 from typing import Any
 
-from gateway.errors import invalid, invalid_type
+from gateway.errors import invalid, invalid_type, require_str
 
 # Bounds: a PDF is parsed in the request's path, so its size and pages are kept small.
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -43,17 +43,10 @@ def normalize_file_part(raw: dict[str, Any], param: str) -> dict[str, Any]:
                 f"{param}.{key}",
                 "unsupported_parameter",
             )
-    filename, data = raw.get("filename"), raw.get("file_data")
+    filename = raw.get("filename")
     if filename is not None and not isinstance(filename, str):
         raise invalid_type(f"{param}.filename", "a string")
-    if data is None:
-        raise invalid(
-            f"Missing required parameter: '{param}.file_data'.",
-            f"{param}.file_data",
-            "missing_required_parameter",
-        )
-    if not isinstance(data, str):
-        raise invalid_type(f"{param}.file_data", "a base64 data URL string")
+    data = require_str(raw, "file_data", param, "a base64 data URL string")
     mime, payload = _split_data_url(data, filename, f"{param}.file_data")
     text = file_text(mime, payload, f"{param}.file_data")
     return {"type": "input_file", "filename": filename or "file", "text": text}

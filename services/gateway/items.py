@@ -14,7 +14,7 @@ from turnpike.conversation.v1 import conversation_pb2
 from turnpike.ids import new_id
 
 from gateway import input_files
-from gateway.errors import invalid, invalid_type
+from gateway.errors import invalid, invalid_type, missing, require_str
 
 Item = dict[str, Any]
 
@@ -49,14 +49,10 @@ def normalize_item(raw: Any, param: str) -> Item:
         item_id = raw.get("id")
         if item_id is not None and not isinstance(item_id, str):
             raise invalid_type(f"{param}.id", "a string")
-        content = _require_str(raw, "encrypted_content", param)
+        content = require_str(raw, "encrypted_content", param)
         return {"id": item_id or new_id("cmp"), "type": "compaction", "encrypted_content": content}
     if kind is None:
-        raise invalid(
-            f"Missing required parameter: '{param}.type'.",
-            f"{param}.type",
-            "missing_required_parameter",
-        )
+        raise missing(f"{param}.type")
     if not isinstance(kind, str):
         raise invalid_type(f"{param}.type", "a string")
     raise invalid(
@@ -95,11 +91,7 @@ def _normalize_message(raw: dict[str, Any], param: str) -> Item:
     elif isinstance(content, list):
         parts = [_part(p, role, f"{param}.content[{i}]") for i, p in enumerate(content)]
     elif content is None:
-        raise invalid(
-            f"Missing required parameter: '{param}.content'.",
-            f"{param}.content",
-            "missing_required_parameter",
-        )
+        raise missing(f"{param}.content")
     else:
         raise invalid_type(f"{param}.content", "a string or an array of content parts")
     item_id = raw.get("id")
@@ -163,23 +155,10 @@ def _part(raw: Any, role: str, param: str) -> dict[str, Any]:
     )
 
 
-def _require_str(raw: dict[str, Any], key: str, param: str) -> str:
-    value = raw.get(key)
-    if value is None:
-        raise invalid(
-            f"Missing required parameter: '{param}.{key}'.",
-            f"{param}.{key}",
-            "missing_required_parameter",
-        )
-    if not isinstance(value, str):
-        raise invalid_type(f"{param}.{key}", "a string")
-    return value
-
-
 def _normalize_function_call(raw: dict[str, Any], param: str) -> Item:
-    call_id = _require_str(raw, "call_id", param)
-    name = _require_str(raw, "name", param)
-    arguments = _require_str(raw, "arguments", param)
+    call_id = require_str(raw, "call_id", param)
+    name = require_str(raw, "name", param)
+    arguments = require_str(raw, "arguments", param)
     item_id = raw.get("id")
     if item_id is not None and not isinstance(item_id, str):
         raise invalid_type(f"{param}.id", "a string")
@@ -194,17 +173,13 @@ def _normalize_function_call(raw: dict[str, Any], param: str) -> Item:
 
 
 def _normalize_function_call_output(raw: dict[str, Any], param: str) -> Item:
-    call_id = _require_str(raw, "call_id", param)
+    call_id = require_str(raw, "call_id", param)
     output = raw.get("output")
     if isinstance(output, list):
         output = [_part(p, "user", f"{param}.output[{i}]") for i, p in enumerate(output)]
     elif not isinstance(output, str):
         if output is None:
-            raise invalid(
-                f"Missing required parameter: '{param}.output'.",
-                f"{param}.output",
-                "missing_required_parameter",
-            )
+            raise missing(f"{param}.output")
         raise invalid_type(f"{param}.output", "a string or an array of content parts")
     item_id = raw.get("id")
     if item_id is not None and not isinstance(item_id, str):

@@ -18,7 +18,7 @@ from turnpike.conversation.v1 import conversation_pb2
 from turnpike.inference.v1 import inference_pb2
 
 from gateway import request_fields
-from gateway.errors import invalid, invalid_type
+from gateway.errors import invalid, invalid_type, missing, typed_entries
 from gateway.items import Item, normalize_input
 from gateway.json_codec import dump_bytes
 
@@ -403,16 +403,7 @@ def _compact_threshold(raw: Any) -> int | None:
     if not isinstance(raw, list):
         raise invalid_type("context_management", "an array of context management entries")
     threshold = None
-    for i, entry in enumerate(raw):
-        param = f"context_management[{i}]"
-        if not isinstance(entry, dict):
-            raise invalid_type(param, "an object")
-        if entry.get("type") != "compaction":
-            raise invalid(
-                f"Invalid '{param}.type': only 'compaction' is supported.",
-                f"{param}.type",
-                "invalid_value",
-            )
+    for param, entry in typed_entries(raw, "context_management", "compaction", "'compaction' is"):
         value = entry.get("compact_threshold")
         if value is None:
             continue
@@ -461,7 +452,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         )
     input_items = normalize_input(body.get("input"))
     if not input_items and previous is None and not websocket:
-        raise invalid("Missing required parameter: 'input'.", "input", "missing_required_parameter")
+        raise missing("input")
     tools = _tools(body.get("tools"))
     max_output = _opt(body, "max_output_tokens", int, "an integer")
     if max_output is not None and max_output < 16:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.errors import invalid, invalid_type
+from gateway.errors import invalid, invalid_type, typed_entries
 
 # Fields of the API this server does not implement, and would answer differently
 # without: a request that sets one is refused rather than answered as if it did not.
@@ -89,16 +89,7 @@ def allowed_tools(raw: Any, tool_names: set[str]) -> list[dict[str, str]]:
     if not isinstance(raw, list) or not raw:
         raise invalid_type("tool_choice.tools", "a non-empty array of function tools")
     out = []
-    for i, entry in enumerate(raw):
-        param = f"tool_choice.tools[{i}]"
-        if not isinstance(entry, dict):
-            raise invalid_type(param, "an object")
-        if entry.get("type") != "function":
-            raise invalid(
-                f"Invalid '{param}.type': only function tools are supported.",
-                f"{param}.type",
-                "invalid_value",
-            )
+    for param, entry in typed_entries(raw, "tool_choice.tools", "function", "function tools are"):
         name = entry.get("name")
         if not isinstance(name, str):
             raise invalid_type(f"{param}.name", "a string")
