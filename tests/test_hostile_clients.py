@@ -195,6 +195,25 @@ def test_a_slow_request_head_is_closed_with_408(guarded, head) -> None:
     assert json.loads(received.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "request_timeout"
 
 
+def test_a_client_still_sending_when_its_head_times_out_reads_the_408(guarded) -> None:
+    """The server answers 408 while the client is still sending. Closing the socket at
+    once would make the kernel answer those bytes with a reset, which can discard the
+    408 before the client reads it; the server must drain the client's bytes until it
+    has finished with the connection."""
+    base, _ = guarded
+    head = b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nX-Slow: "
+    with socket.create_connection(address(base), timeout=CLOSE_WITHIN_S) as sock:
+        sock.sendall(head)
+        sending_until = time.monotonic() + HEAD_TIMEOUT_S + 1.0
+        while time.monotonic() < sending_until:
+            sock.sendall(b"x" * 64)  # the 408 arrives meanwhile, unread
+            time.sleep(0.01)
+        received = b""
+        while chunk := sock.recv(4096):
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 408"), received
+
+
 def test_a_silent_connection_is_closed(guarded) -> None:
     base, _ = guarded
     started = time.monotonic()

@@ -15,7 +15,10 @@ byte resets): a client that connects and sends nothing, or trickles its headers 
 byte at a time (slowloris), holds its connection, and its slot, forever. Here a timer
 starts when a connection opens and whenever a new request begins arriving, and stops
 once the request's head (request line and headers) is complete; if it fires first the
-client gets 408 and the connection closes. A WebSocket upgrade is a request head like
+client gets 408 and the connection closes. It closes as nginx's "lingering close" does:
+the server stops writing, then reads and discards what the client still sends for up to
+``LINGER_S`` before closing. Closing at once would make the kernel answer a client still
+sending with a reset, which can discard the 408 before the client reads it. A WebSocket upgrade is a request head like
 any other, so the same bound covers it. Bodies are bounded by their size, and responses
 (long SSE streams) are never timed.
 """
@@ -31,6 +34,7 @@ from wsproto import ConnectionState, events
 
 log = logging.getLogger(__name__)
 
+LINGER_S = 2.0
 TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\n"
     b"content-type: application/json\r\n"
@@ -104,6 +108,7 @@ class HeadTimeoutProtocol(WriteStallMixin, HttpToolsProtocol):
         self.head_timeout_s = head_timeout_s
         self.write_stall_s = write_stall_s
         self._head_timer: asyncio.TimerHandle | None = None
+        self._linger_timer: asyncio.TimerHandle | None = None
 
     def _arm_head_timer(self) -> None:
         if self._head_timer is None:
@@ -123,6 +128,8 @@ class HeadTimeoutProtocol(WriteStallMixin, HttpToolsProtocol):
         self._arm_head_timer()
 
     def data_received(self, data: bytes) -> None:
+        if self._linger_timer is not None:
+            return  # answered and closing: what the client still sends is discarded
         if self._waiting_for_head():
             self._arm_head_timer()
         super().data_received(data)
@@ -133,6 +140,8 @@ class HeadTimeoutProtocol(WriteStallMixin, HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
         super().connection_lost(exc)
 
     def _head_timed_out(self) -> None:
@@ -141,4 +150,5 @@ class HeadTimeoutProtocol(WriteStallMixin, HttpToolsProtocol):
             return
         log.info("closed a connection whose request head took over %ss", self.head_timeout_s)
         self.transport.write(TIMEOUT_RESPONSE % (len(TIMEOUT_BODY), TIMEOUT_BODY))
-        self.transport.close()
+        self.transport.write_eof()
+        self._linger_timer = self.loop.call_later(LINGER_S, self.transport.close)
