@@ -193,6 +193,27 @@ def test_the_billing_ledger_is_on_a_claim_and_has_one_writer():
     assert env["TURNPIKE_BILLING_LEDGER"].startswith(mount["mountPath"] + "/")
 
 
+def dotenv_settings() -> dict[str, str]:
+    """The TURNPIKE_* settings .env gives a value (an empty one means "off", as unset)."""
+    values = {}
+    for line in (REPO / ".env").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.startswith("TURNPIKE_") and value:
+            values[key] = value
+    return values
+
+
+def test_every_setting_env_gives_a_value_is_set_alike_in_kubernetes():
+    """.env is the one place that configures the stack; the base must not lag behind it
+    (a new bound added there would otherwise run on Kubernetes at its code default)."""
+    settings = dict(objects("ConfigMap")["turnpike-config"]["data"])
+    settings |= objects("Secret")["turnpike-api-keys"]["stringData"]
+    missing = sorted(set(dotenv_settings()) - set(settings))
+    assert not missing, f"set in .env, not in deploy/k8s/base/config.yaml: {missing}"
+    for key, value in dotenv_settings().items():
+        assert settings[key] == value, key
+
+
 def test_variables_are_standard_otel_or_read_by_a_service():
     code = "\n".join(p.read_text() for p in (REPO / "services").glob("*/*.py"))
     names = set(objects("ConfigMap")["turnpike-config"]["data"])
