@@ -325,3 +325,48 @@ async def test_images_are_counted_by_result() -> None:
     assert {result: delta.change for result, delta in counted.items()} == {
         result: len(urls) for result, urls in expected.items()
     }
+
+
+class FakeChannel:
+    """Stands in for a grpc.aio channel: enough for a stub to be built on it, and a
+    record of its closing."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.closed = False
+
+    def unary_unary(self, *args, **kwargs):
+        return None
+
+    unary_stream = stream_unary = stream_stream = unary_unary
+
+    async def close(self, grace: float | None = None) -> None:
+        self.closed = True
+
+
+async def test_worker_channels_stay_bounded_and_close_what_they_evict(monkeypatch) -> None:
+    """Callers naming ever new (valid) worker addresses must not grow the channels
+    without bound: the least recently used is evicted and closed."""
+    import imageres.proxy
+
+    opened: dict[str, FakeChannel] = {}
+
+    def open_channel(address: str) -> FakeChannel:
+        opened[address] = FakeChannel(address)
+        return opened[address]
+
+    monkeypatch.setattr(imageres.proxy, "insecure_channel", open_channel)
+    channels = WorkerChannels()
+    try:
+        first = channels.stub("worker-0:50061")
+        for i in range(1, 200):
+            channels.stub(f"worker-{i}:50061")
+            assert channels.stub("worker-0:50061") is first  # in use: kept, not reopened
+        await asyncio.sleep(0)  # evicted channels close in the background
+        still_open = {address for address, channel in opened.items() if not channel.closed}
+        newest = {f"worker-{i}:50061" for i in range(200 - 63, 200)}
+        assert still_open == {"worker-0:50061", *newest}
+        assert len(opened) == 200
+    finally:
+        await channels.close()
+    assert all(channel.closed for channel in opened.values())

@@ -6,39 +6,61 @@ Upstream failures become an ``Error`` event in the relayed stream (the stream co
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 
 import grpc
 from turnpike.grpc_client import insecure_channel
-from turnpike.inference.v1 import inference_pb2, inference_pb2_grpc
+from turnpike.inference.v1 import inference_pb2
+from turnpike.inference.v1.inference_pb2_grpc import InferenceStub
 
 log = logging.getLogger(__name__)
 
 
+# Channels kept open at once: far more than a deployment has workers, so eviction only
+# happens when callers name many addresses (each would otherwise be kept forever).
+MAX_CHANNELS = 64
+# An evicted channel's calls still running get this long to finish before it closes.
+EVICTED_GRACE_S = 300.0
+
+
 class WorkerChannels:
     """One long-lived channel per worker address, so every proxied call reuses an open
-    HTTP/2 connection instead of paying a handshake."""
+    HTTP/2 connection instead of paying a handshake; at most ``capacity`` of them, the
+    least recently used closed first."""
 
-    def __init__(self) -> None:
-        self._stubs: dict[str, inference_pb2_grpc.InferenceStub] = {}
-        self._channels: dict[str, grpc.aio.Channel] = {}
+    def __init__(self, capacity: int = MAX_CHANNELS) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[str, tuple[grpc.aio.Channel, InferenceStub]] = OrderedDict()
+        # Evicted channels closing in the background (kept referenced until done).
+        self._closing: set[asyncio.Task[None]] = set()
 
-    def stub(self, address: str) -> inference_pb2_grpc.InferenceStub:
-        stub = self._stubs.get(address)
-        if stub is None:
-            channel = insecure_channel(address)
-            self._channels[address] = channel
-            stub = self._stubs[address] = inference_pb2_grpc.InferenceStub(channel)
+    def stub(self, address: str) -> InferenceStub:
+        entry = self._entries.get(address)
+        if entry is not None:
+            self._entries.move_to_end(address)
+            return entry[1]
+        channel = insecure_channel(address)
+        stub = InferenceStub(channel)
+        self._entries[address] = (channel, stub)
+        while len(self._entries) > self.capacity:
+            _, (evicted, _) = self._entries.popitem(last=False)
+            task = asyncio.create_task(evicted.close(grace=EVICTED_GRACE_S))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
         return stub
 
     async def close(self) -> None:
-        channels = list(self._channels.values())
-        self._channels.clear()
-        self._stubs.clear()
+        channels = [channel for channel, _ in self._entries.values()]
+        self._entries.clear()
         for channel in channels:
             await channel.close()
+        for task in list(self._closing):
+            task.cancel()  # shutting down: the process will not wait out their grace
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 # host:port, the host a name or an IPv4 address, or an IPv6 one in brackets: what the
@@ -61,7 +83,7 @@ def error_event(code: str, message: str, retryable: bool) -> inference_pb2.Gener
 
 
 async def relay_generate(
-    stub: inference_pb2_grpc.InferenceStub,
+    stub: InferenceStub,
     address: str,
     request: inference_pb2.GenerateRequest,
     time_limit_s: float | None = None,
