@@ -90,6 +90,23 @@ def test_function_call_output_without_a_call(stack):
     expect_error(post(stack, body), 400, "invalid_function_call_output")
 
 
+@pytest.mark.parametrize(
+    "tool, param",
+    [
+        ({"description": " " * 2000}, "tools[1].description"),
+        ({"parameters": {"type": "object", "description": "a" * 2000}}, "tools[1].parameters"),
+    ],
+)
+@pytest.mark.parametrize("path", ["/responses", "/responses/input_tokens"])
+def test_tool_text_the_tokenizer_refuses_names_the_tool(stack, tool, param, path):
+    """A tool's text without word boundaries is the client's to fix: the 400 points at that
+    tool's field, not at the input."""
+    tools = [{"type": "function", "name": "fine"}, {"type": "function", "name": "f", **tool}]
+    reply = post(stack, {"input": "x", "tools": tools}, path=path)
+    error = expect_error(reply, 400, param=param)
+    assert "word boundary" in error["message"]
+
+
 def test_body_over_the_limit_is_413(stack):
     big = {"input": "x" * (stack.max_body_bytes + 10)}
     expect_error(post(stack, big), 413, "request_too_large")

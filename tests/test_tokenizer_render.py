@@ -497,11 +497,17 @@ def test_a_long_run_of_one_character_as_instructions_renders(renderer: Renderer)
 
 def test_a_tool_text_without_word_boundaries_is_refused(renderer: Renderer) -> None:
     """Harmony encodes tool text whole: 100,000 spaces would take it half a minute."""
-    for tool in (
-        Tool(name="f", description=" " * 100_000),
-        Tool(name="f", description="ok", parameters_json='{"description": "' + "a" * 5000 + '"}'),
+    for tool, field in (
+        (Tool(name="f", description=" " * 100_000), "description"),
+        (
+            Tool(
+                name="f", description="ok", parameters_json='{"description": "' + "a" * 5000 + '"}'
+            ),
+            "parameters",
+        ),
     ):
-        with pytest.raises(RenderError, match="without a word boundary"):
-            renderer.render("", [tool], [])
+        with pytest.raises(RenderError, match="without a word boundary") as refused:
+            renderer.render("", [Tool(name="g"), tool], [])
+        assert refused.value.param == f"tools[1].{field}"
     prose = Tool(name="f", description="Looks things up, quickly. " * 2000)
     assert renderer.render("", [prose], [])

@@ -72,7 +72,12 @@ FRAMES_CACHED = 4096
 
 
 class RenderError(ValueError):
-    """The request cannot be rendered (invalid items or tools); the message says why."""
+    """The request cannot be rendered (invalid items or tools); the message says why, and
+    ``param`` names the request field at fault when it is known (``tools[1].description``)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 def system_content() -> SystemContent:
@@ -91,13 +96,14 @@ def _describe(index: int, item: Item) -> str:
 
 def tool_description(index: int, tool: Tool) -> ToolDescription:
     if not tool.name:
-        raise RenderError(f"tools[{index}]: a function tool needs a name")
+        raise RenderError(f"tools[{index}]: a function tool needs a name", f"tools[{index}].name")
     for field, text in (("description", tool.description), ("parameters", tool.parameters_json)):
         # Harmony encodes tool text whole, in time that grows with the square of a word.
         if (run := longest_word(text)) > MAX_TOOL_WORD:
             raise RenderError(
                 f"tools[{index}] ({tool.name!r}): its {field} holds {run} characters without "
-                f"a word boundary; the limit is {MAX_TOOL_WORD}"
+                f"a word boundary; the limit is {MAX_TOOL_WORD}",
+                f"tools[{index}].{field}",
             )
     parameters = None
     if tool.parameters_json.strip():
@@ -105,11 +111,13 @@ def tool_description(index: int, tool: Tool) -> ToolDescription:
             parameters = json.loads(tool.parameters_json)
         except json.JSONDecodeError as exc:
             raise RenderError(
-                f"tools[{index}] ({tool.name!r}): parameters_json is not valid JSON: {exc}"
+                f"tools[{index}] ({tool.name!r}): parameters_json is not valid JSON: {exc}",
+                f"tools[{index}].parameters",
             ) from None
         if not isinstance(parameters, dict):
             raise RenderError(
-                f"tools[{index}] ({tool.name!r}): parameters_json must be a JSON object (a schema)"
+                f"tools[{index}] ({tool.name!r}): parameters_json must be a JSON object (a schema)",
+                f"tools[{index}].parameters",
             )
     return ToolDescription.new(tool.name, tool.description, parameters=parameters)
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import grpc
+from turnpike.grpc_param import param_metadata
 from turnpike.tokenizer.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 
 from tokenizer import metrics
@@ -41,7 +42,9 @@ class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
                 return fn(*args)
             return await asyncio.to_thread(fn, *args)
         except RenderError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, str(exc), param_metadata(exc.param)
+            )
             raise  # unreachable: abort raises
 
     async def Render(

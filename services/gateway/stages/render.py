@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import grpc
 from turnpike.conversation.v1 import conversation_pb2
+from turnpike.grpc_param import refused_param
 from turnpike.tokenizer.v1 import tokenizer_pb2
 
 from gateway import truncation
@@ -19,9 +20,11 @@ from gateway.stages.base import Resources, Stage
 from gateway.stages.keys import content_keys
 
 # The tokenizer refuses input it cannot render, or too much of it: the client's to fix.
+# A refusal names the field at fault when it knows it: the tools it is sent are the
+# request's, in order, so its ``tools[i]`` are the API's.
 RENDER_ERRORS = {
     grpc.StatusCode.INVALID_ARGUMENT: lambda err: invalid(
-        err.details() or "The input could not be rendered.", "input"
+        err.details() or "The input could not be rendered.", refused_param(err, "input")
     ),
     grpc.StatusCode.RESOURCE_EXHAUSTED: lambda err: invalid(
         err.details() or "The input is too large to render.", "input", "input_too_large"
