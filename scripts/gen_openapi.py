@@ -34,6 +34,16 @@ def nullable(schema: Schema) -> Schema:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
+# The item kinds the gateway stores (gateway.items.normalize_item), each by the spec's
+# schema of that item as the API returns it.
+STORED_ITEMS = {
+    "message": "Message",
+    "function_call": "FunctionCall",
+    "function_call_output": "FunctionCallOutput",
+    "reasoning": "ReasoningBody",
+    "compaction": "CompactionBody",
+}
+
 # Schemas the spec lacks, in the shapes the handlers answer (services/gateway/*_api.py).
 OWN_SCHEMAS: dict[str, Schema] = {
     "ApiError": {
@@ -62,11 +72,13 @@ OWN_SCHEMAS: dict[str, Schema] = {
         },
     },
     "StoredItem": {
-        "type": "object",
-        "required": ["id", "type"],
-        "properties": {"id": {"type": "string"}, "type": {"type": "string"}},
         "description": "An input or conversation item as stored: the canonical shape of an "
         "ItemParam, with an id.",
+        "oneOf": [ref(name) for name in STORED_ITEMS.values()],
+        "discriminator": {
+            "propertyName": "type",
+            "mapping": {kind: ref(name)["$ref"] for kind, name in STORED_ITEMS.items()},
+        },
     },
     "ItemList": {
         "type": "object",

@@ -13,6 +13,9 @@ import schemathesis
 from fastapi.routing import APIRoute, APIWebSocketRoute
 from gateway.app import create_app
 from gateway.openapi_api import DOCUMENT_PATH
+from jsonschema import Draft202012Validator
+from referencing import Registry
+from referencing.jsonschema import DRAFT202012
 from support.procs import REPO_ROOT
 from support.scripts import load_script
 
@@ -82,3 +85,63 @@ def test_the_gateway_serves_it_without_a_key(stack) -> None:
     assert reply.status_code == 200
     assert reply.headers["content-type"] == "application/json"
     assert reply.json() == document()
+
+
+def stored_item_errors(item: dict) -> list[str]:
+    """Why ``item`` is not a ``StoredItem`` of the document (JSON Schema 2020-12, as
+    OpenAPI 3.1 has it), one message per error; empty when it is one."""
+    uri = "urn:turnpike:gateway-openapi"
+    registry = Registry().with_resource(uri, DRAFT202012.create_resource(document()))
+    validator = Draft202012Validator(
+        {"$ref": f"{uri}#/components/schemas/StoredItem"}, registry=registry
+    )
+    return [error.message for error in validator.iter_errors(item)]
+
+
+def test_a_stored_item_is_one_of_the_item_shapes() -> None:
+    """An id and a type are not an item: the schema must hold what clients read."""
+    assert stored_item_errors({"id": "msg_1", "type": "message"})
+    assert stored_item_errors({"id": "x_1", "type": "anything"})
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "user",
+        "status": "completed",
+        "content": [{"type": "input_text", "text": "hi"}],
+    }
+    assert stored_item_errors(message) == []
+
+
+def test_listed_items_validate_against_stored_item(stack) -> None:
+    """Items as the gateway lists them (a conversation's, a response's input) and returns
+    one (a conversation's item), every kind a request can store."""
+    base, headers = stack.base_url, {"Authorization": f"Bearer {stack.api_key}"}
+    items = [
+        {"type": "message", "role": "user", "content": "What is in the file?"},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Read it."}]},
+        {"type": "function_call", "call_id": "call_1", "name": "read_file", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "turnpikes"},
+    ]
+    conversation = httpx.post(
+        f"{base}/conversations", json={"items": items}, headers=headers, timeout=30
+    ).json()
+    listed = httpx.get(
+        f"{base}/conversations/{conversation['id']}/items", headers=headers, timeout=30
+    ).json()["data"]
+    one = httpx.get(
+        f"{base}/conversations/{conversation['id']}/items/{listed[0]['id']}",
+        headers=headers,
+        timeout=30,
+    ).json()
+    response = httpx.post(
+        f"{base}/responses",
+        json={"model": "turnpike-sim", "input": items},
+        headers=headers,
+        timeout=60,
+    ).json()
+    inputs = httpx.get(
+        f"{base}/responses/{response['id']}/input_items", headers=headers, timeout=30
+    ).json()["data"]
+    assert len(listed) == len(inputs) == len(items)
+    for item in [*listed, one, *inputs]:
+        assert stored_item_errors(item) == [], item
