@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from support.gateway_process import start_gateway, stop
 from support.openresponses import validate_error_body
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -526,6 +527,44 @@ def test_an_sse_client_that_leaves_before_the_first_token_stops_generation(stack
         assert reply.status_code == 200
     now = billed_once(stack, key, before)
     assert now["output_tokens"] - before["output_tokens"] < 1000  # of about 2,000 asked
+
+
+def http_responses_ended(stack, tenant: str, outcome: str) -> float:
+    """How many non-streamed responses of ``tenant`` the gateway ended as ``outcome``."""
+    page = httpx.get(f"http://{stack.metrics['gateway']}/metrics", timeout=10).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(page)
+        for sample in family.samples
+        if sample.name == "turnpike_gateway_responses_total"
+        and sample.labels.get("transport") == "http"
+        and sample.labels.get("tenant") == tenant
+        and sample.labels.get("outcome") == outcome
+    )
+
+
+def test_a_client_that_leaves_a_non_streamed_response_stops_generation(stack):
+    """A plain JSON create sends its client nothing until the response is done, so only
+    the connection tells that the client left (here, giving up after 2 s of the half
+    minute the answer takes). The response ends as a stream's does when its client
+    leaves: cancelled, the worker stopped, what was generated billed once."""
+    key = stack.api_keys["bob"]
+    before = usage_of(stack, key)
+    cancelled = http_responses_ended(stack, "bob", "cancelled")
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            f"{stack.base_url}/responses",
+            json=LONG_ASK,
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=httpx.Timeout(30, read=2),
+        )
+    now = billed_once(stack, key, before)
+    assert now["output_tokens"] - before["output_tokens"] < 1000  # of about 2,000 asked
+    deadline = time.monotonic() + 30
+    while http_responses_ended(stack, "bob", "cancelled") == cancelled:
+        assert time.monotonic() < deadline, "the response did not end cancelled"
+        time.sleep(0.2)
+    assert http_responses_ended(stack, "bob", "cancelled") - cancelled == 1
 
 
 SHORT_ASK = {"model": "turnpike-sim", "input": "Say hello.", "text": {"verbosity": "high"}}

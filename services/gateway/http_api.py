@@ -100,10 +100,30 @@ async def create_response(request: Request) -> Response:
                 **ctx.admission.headers,
             },
         )
-    async for _ in queue.events():
-        pass
-    final = queue.final
+    final = await final_unless_left(request, queue)
     return JSONResponse(final, headers={**overhead_header(final), **ctx.admission.headers})
+
+
+async def final_unless_left(request: Request, queue: ResponseEventQueue) -> dict[str, Any]:
+    """A non-streamed response once it is done. Its client gets nothing before then, so
+    only the connection tells that it left: the response is then abandoned as a stream's
+    is (the worker stops, the response ends cancelled, what was generated is billed)."""
+
+    async def abandon_once_left() -> None:
+        # The body is read: uvicorn's receive() now waits until the connection drops
+        # (or the response is sent), then answers http.disconnect.
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        queue.abandon()
+
+    watcher = asyncio.create_task(abandon_once_left())
+    try:
+        async for _ in queue.events():
+            pass
+    finally:
+        watcher.cancel()
+    assert queue.final is not None
+    return queue.final
 
 
 def _response_not_found(response_id: str) -> ApiError:
