@@ -19,6 +19,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from redis import asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from gateway.event_buffer import TERMINAL_TYPES, BufferedEvents
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 FOLLOW_POLL_S = 0.1
 # How long a follower waits for a new event before it gives up on the response.
 FOLLOW_IDLE_S = 300.0
+# The cancel channel is read in waits this long at most (an idle channel costs a timer).
+LISTEN_WAIT_S = 5.0
 
 
 class SharedBackground:
@@ -127,14 +130,30 @@ class SharedBackground:
         self._listener = asyncio.create_task(self._listen(on_cancel))
 
     async def _listen(self, on_cancel: Callable[[str, str], Awaitable[object]]) -> None:
+        """Not ``pubsub.listen()``: when the connection dies of a timeout (its TCP
+        keepalive gives up on a Redis cut off the network, 45 s after the last traffic),
+        the socket's error is a TimeoutError, which redis-py's read takes for "no message
+        yet" (in Python 3.11 it is asyncio's TimeoutError too) and returns None; the
+        next read fails at once the same way. ``listen()`` looped on that without ever
+        yielding: the event loop stalled (no request served, health checks failing) and
+        the error's traceback grew until the container's memory limit killed the
+        gateway. Here a wait that ends at once with nothing is a dead connection: it
+        is closed, and the channel subscribed again on a new one."""
         tasks: set[asyncio.Task[object]] = set()
+        loop = asyncio.get_running_loop()
         while True:
             # A connection of its own, without a read timeout: it waits for messages.
             client = aioredis.from_url(self._url, socket_connect_timeout=2)
             try:
                 async with client.pubsub() as pubsub:
                     await pubsub.subscribe(self._channel)
-                    async for message in pubsub.listen():
+                    while True:
+                        began = loop.time()
+                        message = await pubsub.get_message(timeout=LISTEN_WAIT_S)
+                        if message is None:
+                            if loop.time() - began < LISTEN_WAIT_S / 2:
+                                raise RedisConnectionError("the connection failed")
+                            continue
                         if message["type"] != "message":
                             continue
                         tenant, _, response_id = message["data"].decode().partition("\n")

@@ -232,6 +232,32 @@ def test_haproxy_errors_are_in_the_api_shape():
         assert set(error) == {"message", "type", "code", "param"} and error["message"]
 
 
+def test_haproxy_errors_are_http_a_websocket_client_reads():
+    """HAProxy sends an errorfile as it is written, status line included. A WebSocket
+    client (``websockets``, under the OpenAI SDK) accepts only an HTTP/1.1 answer to its
+    upgrade: one in HTTP/1.0 was "did not receive a valid HTTP response" (InvalidMessage),
+    as if the connection had closed unanswered, the chaos test's handshakes that failed
+    while no replica was ready. So each is HTTP/1.1, framed by its Content-Length, and the
+    client reads it as a refused upgrade with the status and the API's error body."""
+    from websockets.client import ClientProtocol
+    from websockets.exceptions import InvalidStatus
+    from websockets.uri import parse_uri
+
+    for path in sorted((HAPROXY / "errors").glob("*.http")):
+        raw = path.read_bytes()
+        client = ClientProtocol(parse_uri("ws://127.0.0.1/v1/responses"))
+        client.send_request(client.connect())
+        client.receive_data(raw)
+        client.receive_eof()
+        refused = client.handshake_exc
+        assert isinstance(refused, InvalidStatus), (path.name, refused, refused.__cause__)
+        assert refused.response.status_code == int(path.stem)
+        assert json.loads(refused.response.body)["error"]["message"]
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 "), path.name
+        assert f"Content-Length: {len(body)}".encode() in head.split(b"\r\n"), path.name
+
+
 def test_compose_accepts_the_file():
     """`config` validates the file with the Compose this machine has (no engine needed)."""
     if shutil.which("docker-compose"):
