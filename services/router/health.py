@@ -80,5 +80,9 @@ class HealthMonitor:
     async def _check(self, worker_id: str, address: str) -> bool:
         channel = self._channels.get(worker_id)
         if channel is None:
-            channel = self._channels[worker_id] = grpc_client.insecure_channel(address)
+            # Reconnecting within half a check's wait: a worker that just started is
+            # seen by the next check, not once a long backoff ends.
+            channel = self._channels[worker_id] = grpc_client.insecure_channel(
+                address, max_reconnect_backoff_s=self._timeout / 2
+            )
         return await grpc_client.check_health(channel, INFERENCE_SERVICE, timeout=self._timeout)
