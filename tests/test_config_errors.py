@@ -72,6 +72,15 @@ def test_settings_are_checked_when_read(monkeypatch):
         GatewaySettings()
 
 
+@pytest.mark.parametrize(
+    "name", ["TURNPIKE_WRITE_STALL_TIMEOUT_S", "TURNPIKE_WORKER_SILENCE_TIMEOUT_S"]
+)
+def test_a_timeout_must_be_above_zero(monkeypatch, name):
+    monkeypatch.setenv(name, "0")
+    with pytest.raises(ConfigError, match=f"^{name}='0.0': must be above 0"):
+        GatewaySettings()
+
+
 # -- every service, as a process ------------------------------------------------------------
 
 

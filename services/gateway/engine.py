@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,7 @@ from gateway.stages.route import pick_worker
 from gateway.stages.validate_history import join_conversation
 from gateway.store import StoredResponse, StoreUnavailable, history_of, load_chain
 from gateway.tracing import end_response_span
+from gateway.worker_stream import WorkerSilentError, worker_events
 
 log = logging.getLogger(__name__)
 
@@ -68,16 +69,6 @@ class Generation:
     model_ms: dict[str, float] = field(default_factory=dict)
     worker_id: str = ""
     output_tokens: int = 0  # streamed so far (what a cancelled response is billed)
-
-
-async def _cancelled_on_exit(stream: Any) -> AsyncIterator[Any]:
-    """The worker's stream, cancelled when its reader stops early (a cancelled
-    background response): the worker then stops generating."""
-    try:
-        async for event in stream:
-            yield event
-    finally:
-        stream.cancel()
 
 
 async def _unless_abandoned(
@@ -107,9 +98,14 @@ async def _unless_abandoned(
 
 class ResponseEngine:
     def __init__(
-        self, res: Resources, outbox: BillingOutbox, admission: AdmissionControl | None = None
+        self,
+        res: Resources,
+        outbox: BillingOutbox,
+        admission: AdmissionControl | None = None,
+        worker_silence_s: float = 30.0,
     ) -> None:
         self.res = res
+        self.worker_silence_s = worker_silence_s
         self.outbox = outbox
         self.admission = admission
         self._tasks: set[asyncio.Task[None]] = set()
@@ -282,7 +278,7 @@ class ResponseEngine:
             started = False
             stream = self._worker_stream(prepared, route, gen_request)
             try:
-                async for event in _cancelled_on_exit(stream):
+                async for event in worker_events(stream, self.worker_silence_s):
                     started = True
                     kind = event.WhichOneof("event")
                     if kind == "item_started":
@@ -321,22 +317,25 @@ class ResponseEngine:
                     if request.background and kind in ("item_started", "item_done"):
                         await self._store(prepared)  # a poll sees the output so far
                 return events.failed("server_error", "The model stream ended unexpectedly.")
-            except grpc.aio.AioRpcError as err:
+            except (grpc.aio.AioRpcError, WorkerSilentError) as err:
+                # A silent worker is as good as an unavailable one: another may serve.
+                code = err.code() if isinstance(err, grpc.aio.AioRpcError) else None
+                reason = code.name.lower() if code is not None else str(err)
                 retry = (
                     not started
-                    and err.code() == grpc.StatusCode.UNAVAILABLE
+                    and code in (None, grpc.StatusCode.UNAVAILABLE)
                     and attempt + 1 < MAX_WORKER_ATTEMPTS
                 )
                 log.warning(
                     "worker %s failed (%s); %s",
                     route.worker_id,
-                    err.code(),
+                    reason,
                     "rerouting" if retry else "failing the response",
                 )
                 if not retry:
                     return events.failed(
                         "server_error",
-                        f"The inference worker failed while generating ({err.code().name.lower()}).",
+                        f"The inference worker failed while generating ({reason}).",
                     )
                 excluded.append(route.worker_id)
                 try:

@@ -78,7 +78,7 @@ class Gateway:
             Sealer.from_setting(settings.server_key),
         )
         admission = AdmissionControl(build_limiter(settings), InFlight(settings.max_in_flight))
-        engine = ResponseEngine(resources, outbox, admission)
+        engine = ResponseEngine(resources, outbox, admission, settings.worker_silence_s)
         if settings.redis_url:  # background responses' events and cancels, across replicas
             engine.background.shared = SharedBackground(
                 settings.redis_url,

@@ -321,6 +321,13 @@ class GatewaySettings:
     write_stall_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_WRITE_STALL_TIMEOUT_S", 30.0)
     )
+    # Seconds a worker's stream may send nothing before the gateway cancels it and fails
+    # the response (or, before its first event, tries another worker): a worker cut off
+    # the network mid-stream would otherwise hold the response for as long as TCP waits.
+    # Above a worker's longest queue and prefill.
+    worker_silence_s: float = field(
+        default_factory=lambda: env_float("TURNPIKE_WORKER_SILENCE_TIMEOUT_S", 30.0)
+    )
     ws_max_active_responses: int = field(
         default_factory=lambda: env_int("TURNPIKE_WS_MAX_ACTIVE_RESPONSES", 16)
     )
@@ -411,6 +418,10 @@ class GatewaySettings:
         if self.write_stall_s <= 0:
             raise ConfigError.invalid(
                 "TURNPIKE_WRITE_STALL_TIMEOUT_S", str(self.write_stall_s), "must be above 0"
+            )
+        if self.worker_silence_s <= 0:
+            raise ConfigError.invalid(
+                "TURNPIKE_WORKER_SILENCE_TIMEOUT_S", str(self.worker_silence_s), "must be above 0"
             )
         if self.header_timeout_s <= 0:
             raise ConfigError.invalid(
