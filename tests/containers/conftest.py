@@ -230,8 +230,9 @@ def container_stack(images: Images, otlp: Receiver) -> Iterator[ContainerStack]:
         "OTEL_BSP_SCHEDULE_DELAY": "200",
         # One sealing key for both gateway replicas, as .env asks of a real deployment.
         "TURNPIKE_SERVER_KEY": base64.b64encode(os.urandom(32)).decode(),
-        # Under the chaos clients' 20 s timeout: a worker cut off mid-stream fails its
-        # response (the server's bound) before the client gives up waiting.
+        # Under the chaos clients' 20 s timeout: a service or a worker cut off the network
+        # fails the turn with the server's own error before the client gives up waiting.
+        "TURNPIKE_BACKEND_TIMEOUT_S": "10",
         "TURNPIKE_WORKER_SILENCE_TIMEOUT_S": "10",
     }
     # A project of its own per run; COMPOSE_PROJECT_NAME (as for `make images`) names it,
