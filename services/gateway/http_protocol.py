@@ -15,12 +15,14 @@ byte resets): a client that connects and sends nothing, or trickles its headers 
 byte at a time (slowloris), holds its connection, and its slot, forever. Here a timer
 starts when a connection opens and whenever a new request begins arriving, and stops
 once the request's head (request line and headers) is complete; if it fires first the
-client gets 408 and the connection closes. It closes as nginx's "lingering close" does:
-the server stops writing, then reads and discards what the client still sends for up to
-``LINGER_S`` before closing. Closing at once would make the kernel answer a client still
-sending with a reset, which can discard the 408 before the client reads it. A WebSocket upgrade is a request head like
+client gets 408 and the connection closes. A WebSocket upgrade is a request head like
 any other, so the same bound covers it. Bodies are bounded by their size, and responses
 (long SSE streams) are never timed.
+
+The 408 closes as nginx's "lingering close" does: the server stops writing, then reads
+and discards what the client still sends for up to ``LINGER_S`` before closing. Closing
+at once would make the kernel answer a client still sending with a reset, which can
+discard the 408 before the client reads it.
 """
 
 from __future__ import annotations

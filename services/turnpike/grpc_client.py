@@ -28,16 +28,14 @@ def insecure_channel(
     of its reconnect backoff: a health probe's channel must try again at least as often
     as a probe waits (``check_health``), or a peer that came up is reported down until
     the backoff ends."""
-    options = _OPTIONS
+    options = dict(_OPTIONS)
     if max_reconnect_backoff_s is not None:
         ceiling_ms = max(1, int(max_reconnect_backoff_s * 1000))
-        options = [
-            *(o for o in _OPTIONS if not o[0].endswith("_reconnect_backoff_ms")),
-            ("grpc.initial_reconnect_backoff_ms", min(ceiling_ms, 200)),
-            ("grpc.max_reconnect_backoff_ms", ceiling_ms),
-        ]
+        options["grpc.max_reconnect_backoff_ms"] = ceiling_ms
+        initial_ms = options["grpc.initial_reconnect_backoff_ms"]
+        options["grpc.initial_reconnect_backoff_ms"] = min(initial_ms, ceiling_ms)
     return grpc.aio.insecure_channel(
-        address, options=options, interceptors=telemetry.grpc_client_interceptors()
+        address, options=list(options.items()), interceptors=telemetry.grpc_client_interceptors()
     )
 
 
