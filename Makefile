@@ -8,7 +8,7 @@ PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
 .PHONY: help venv protos ports run test lint format lock clean images up down logs ps bench-services bench bench-load \
-	bench-fairness bench-overload soak chaos openapi fuzz
+	bench-fairness bench-overload bench-pdf soak chaos openapi fuzz
 
 help:
 	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1)"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-load  1 to 100 agent loops at once over raw WebSocket and HTTP/SSE (bench/results/load.*)"
 	@echo "make bench-fairness  one tenant's agent loops, alone and while another floods (bench/results/fairness.*)"
 	@echo "make bench-overload  300 and 600 long streams at once, shedding off and on (bench/results/overload.*)"
+	@echo "make bench-pdf  pypdf, pypdfium2 and the gateway's PDF workers on hostile PDFs (bench/results/pdf-extraction.*)"
 	@echo "make fuzz    the HTTP, WebSocket and gRPC fuzzers, longer (FUZZ_EXAMPLES=200 examples per case)"
 	@echo "make soak    a steady light load for 10 minutes, the memory of every service (bench/results/soak.*)"
 	@echo "make chaos   stop and partition every container under load, one at a time (bench/results/chaos.md)"
@@ -105,6 +106,12 @@ bench-fairness: venv
 
 bench-overload: venv
 	$(PY) -m bench.admission.overload $(BENCH_ARGS)
+
+# PDF text extraction: pypdf, pypdfium2 and the gateway's bounded PDF workers on the
+# compliance fixture and the hostile PDFs of tests/support/pdf_bombs.py (about 3 minutes;
+# BENCH_ARGS='--cap 10' stops each read sooner).
+bench-pdf: venv
+	$(PY) -m bench.pdf_extraction $(BENCH_ARGS)
 
 # Memory under a steady light load: a stack of its own with small store and cache bounds,
 # every service's RSS sampled (10 minutes; BENCH_ARGS='--duration 1800' for 30).

@@ -12,7 +12,9 @@ Upstream: openresponses/openresponses, ``src/lib/compliance-tests.ts`` (the CLI'
   transports (upstream sends them over HTTP only).
 - ``streaming-response`` and ``websocket-response``: the same cases over SSE and over
   WebSocket; ``tool-calling-streaming``: ``test_tool_call_streams_its_argument_events``.
-- ``file-input`` (an ``input_file`` with an inline PDF): ``test_file_input_with_inline_pdf``.
+- ``file-input`` (an ``input_file`` with an inline PDF, written by hand without a
+  cross-reference table): ``test_file_input_with_inline_pdf``, with that PDF
+  (``support.pdf.COMPLIANCE_FIXTURE``) and with one that has the table.
 - ``function-call-roundtrip``: ``test_function_call_roundtrip`` (HTTP and WebSocket).
 - ``previous-response-id``: ``test_previous_response_id`` (HTTP, stored).
 - ``compact-response``, ``compact-missing-model``: ``test_compact_*``.
@@ -45,12 +47,14 @@ import base64
 import io
 import json
 
+import httpx
 import pytest
 from support.openresponses import (
     validate_compacted_response,
     validate_error_body,
     validate_response_object,
 )
+from support.pdf import COMPLIANCE_FIXTURE, COMPLIANCE_FIXTURE_TEXT
 from support.wire import REASONING_RENAMES, TRANSPORTS, create, post, socket
 
 pytestmark = pytest.mark.stack
@@ -170,8 +174,13 @@ def test_image_input(stack, transport):
     assert turn.response["output"]
 
 
-def test_file_input_with_inline_pdf(stack):
-    data = base64.b64encode(pdf_bytes("Title: Open Responses File Input Fixture")).decode()
+@pytest.mark.parametrize(
+    "pdf",
+    [COMPLIANCE_FIXTURE, pdf_bytes(COMPLIANCE_FIXTURE_TEXT)],
+    ids=["upstream-fixture-without-xref", "with-xref"],
+)
+def test_file_input_with_inline_pdf(stack, pdf):
+    data = base64.b64encode(pdf).decode()
     content = [
         {"type": "input_text", "text": "Read the attached file and answer with its title only."},
         {
@@ -182,6 +191,14 @@ def test_file_input_with_inline_pdf(stack):
     ]
     turn = create(stack, "json", {"model": MODEL, "input": [message("user", content)]})
     assert turn.ok, turn.error
+    # What the model was given: the PDF's text, under its name.
+    reply = httpx.get(
+        f"{stack.base_url}/responses/{turn.response['id']}/input_items",
+        headers={"Authorization": f"Bearer {stack.api_key}"},
+        timeout=30,
+    )
+    [part] = [p for p in reply.json()["data"][0]["content"] if p["type"] == "input_file"]
+    assert (part["filename"], part["text"]) == ("fixture.pdf", COMPLIANCE_FIXTURE_TEXT)
 
 
 @pytest.mark.parametrize("transport", ["sse", "websocket"])

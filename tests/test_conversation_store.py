@@ -1,14 +1,24 @@
-"""The in-memory conversation store: the store contract, tenant scoping, and its bounds
-(conversations, and the items they hold together; least recently used out first)."""
+"""The in-memory conversation store: the store contract, tenant scoping, each
+conversation's bounds (items and bytes), and the store's own (conversations, and the
+items they hold together; least recently used out first)."""
 
 from __future__ import annotations
 
 from gateway.conversation_store import InMemoryConversationStore, new_conversation
-from support.conversation_store_contract import check_conversation_store, message
+from support.conversation_store_contract import (
+    CONTRACT_BOUNDS,
+    check_conversation_bounds,
+    check_conversation_store,
+    message,
+)
 
 
 async def test_the_memory_store_keeps_the_contract() -> None:
     await check_conversation_store(InMemoryConversationStore(10), "alice", "bob")
+
+
+async def test_the_memory_store_keeps_each_conversation_within_its_bounds() -> None:
+    await check_conversation_bounds(InMemoryConversationStore(10, bounds=CONTRACT_BOUNDS), "t")
 
 
 async def test_items_are_copies() -> None:

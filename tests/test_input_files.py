@@ -1,6 +1,8 @@
 """``input_file`` parts with inline ``file_data`` (gateway.input_files): text files and
 PDFs become text in the prompt, under the file's name; every bad file is a 400 naming
-``input[i].content[j].file_data`` (or the field the server does not serve)."""
+``input[i].content[j].file_data`` (or the field the server does not serve). A PDF's text
+is read after parsing, by the PDF workers (``read_pdfs``; their bounds are
+tests/test_pdf_extraction.py's)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import pytest
 from gateway import input_files
 from gateway.errors import ApiError
 from gateway.items import to_proto
-from gateway.request import parse_create
+from gateway.pdf_pool import PdfPool
+from gateway.request import CreateRequest, parse_create
 from pypdf import PdfReader, PdfWriter
 from support.pdf import minimal_pdf
+from turnpike.config import PdfSettings
 
 PDF_TEXT = "Quarterly report: revenue grew by 12 percent"
 
@@ -27,13 +31,27 @@ def body_with(part: dict, *, before: tuple = ()) -> dict:
     return {"model": "m", "input": [{"role": "user", "content": content}]}
 
 
-def parse(part: dict, **kw):
+@pytest.fixture
+async def pool():
+    pdf_pool = PdfPool(PdfSettings())
+    yield pdf_pool
+    await pdf_pool.close()
+
+
+def parse(part: dict, **kw) -> CreateRequest:
     return parse_create(body_with(part, **kw), default_model="m")
 
 
-def refused(part: dict, **kw) -> ApiError:
+async def read(part: dict, pool: PdfPool, **kw) -> CreateRequest:
+    """Parsed, then its PDFs read: what the engine does before any stage."""
+    request = parse(part, **kw)
+    await input_files.read_pdfs(request.input_items, pool)
+    return request
+
+
+async def refused(part: dict, pool: PdfPool, **kw) -> ApiError:
     with pytest.raises(ApiError) as err:
-        parse(part, **kw)
+        await read(part, pool, **kw)
     assert err.value.status == 400
     return err.value
 
@@ -65,15 +83,36 @@ def test_bare_base64_takes_its_type_from_the_filename() -> None:
     assert parse(part).input_items[0]["content"][0]["text"] == "bare"
 
 
-def test_a_pdf_has_its_text_extracted() -> None:
+async def test_a_pdf_has_its_text_extracted(pool) -> None:
     pdf = minimal_pdf(PDF_TEXT, "Page two: costs fell")
     part = {
         "type": "input_file",
         "filename": "report.pdf",
         "file_data": data_url("application/pdf", pdf),
     }
-    text = parse(part).input_items[0]["content"][0]["text"]
-    assert PDF_TEXT in text and "Page two: costs fell" in text
+    pending = parse(part).input_items[0]["content"][0]
+    assert input_files.PENDING in pending and "text" not in pending  # not read while parsing
+    stored = (await read(part, pool)).input_items[0]["content"][0]
+    assert stored == {"type": "input_file", "filename": "report.pdf", "text": stored["text"]}
+    assert stored["text"] == f"{PDF_TEXT}\n\nPage two: costs fell"
+
+
+async def test_pdfs_in_tool_outputs_are_read_too(pool) -> None:
+    part = {
+        "type": "input_file",
+        "filename": "r.pdf",
+        "file_data": data_url("application/pdf", minimal_pdf(PDF_TEXT)),
+    }
+    body = {
+        "model": "m",
+        "input": [
+            {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": [part]},
+        ],
+    }
+    request = parse_create(body, default_model="m")
+    await input_files.read_pdfs(request.input_items, pool)
+    assert request.input_items[1]["output"][0]["text"] == PDF_TEXT
 
 
 def test_a_stored_file_part_is_taken_back_as_it_is() -> None:
@@ -101,13 +140,13 @@ BEFORE = ({"type": "input_text", "text": "Read this:"},)
         (base64.b64encode(b"x").decode(), "no-extension", "invalid_value"),
     ],
 )
-def test_a_bad_file_is_a_400_naming_its_file_data(file_data, filename, code) -> None:
+async def test_a_bad_file_is_a_400_naming_its_file_data(pool, file_data, filename, code) -> None:
     part = {"type": "input_file", "filename": filename, "file_data": file_data}
-    err = refused(part, before=BEFORE)
+    err = await refused(part, pool, before=BEFORE)
     assert (err.param, err.code) == (PARAM, code)
 
 
-def test_an_encrypted_pdf_is_refused() -> None:
+async def test_an_encrypted_pdf_is_refused(pool) -> None:
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(minimal_pdf(PDF_TEXT))))
     writer.encrypt("secret")
     out = io.BytesIO()
@@ -117,30 +156,37 @@ def test_an_encrypted_pdf_is_refused() -> None:
         "filename": "locked.pdf",
         "file_data": data_url("application/pdf", out.getvalue()),
     }
-    err = refused(part, before=BEFORE)
+    err = await refused(part, pool, before=BEFORE)
     assert (err.param, err.code) == (PARAM, "invalid_file")
     assert "encrypted" in err.message
 
 
-def test_files_over_the_bounds_are_refused(monkeypatch) -> None:
+async def test_files_over_the_bounds_are_refused(monkeypatch, pool) -> None:
     monkeypatch.setattr(input_files, "MAX_FILE_BYTES", 100)
     part = {
         "type": "input_file",
         "filename": "a.txt",
         "file_data": data_url("text/plain", b"x" * 101),
     }
-    assert (refused(part).param, refused(part).code) == (
-        "input[0].content[0].file_data",
-        "file_too_large",
-    )
+    err = await refused(part, pool)
+    assert (err.param, err.code) == ("input[0].content[0].file_data", "file_too_large")
     monkeypatch.setattr(input_files, "MAX_FILE_BYTES", 4096)
     monkeypatch.setattr(input_files, "MAX_TEXT_CHARS", 10)
+    err = await refused(
+        {"type": "input_file", "filename": "a.txt", "file_data": data_url("text/plain", b"x" * 11)},
+        pool,
+    )
+    assert err.code == "file_too_large"
     part = {
         "type": "input_file",
         "filename": "a.pdf",
         "file_data": data_url("application/pdf", minimal_pdf(PDF_TEXT)),
     }
-    assert refused(part).code == "file_too_large"
+    small = PdfPool(PdfSettings(max_chars=10))
+    try:
+        assert (await refused(part, small)).code == "file_too_large"
+    finally:
+        await small.close()
 
 
 @pytest.mark.parametrize(
@@ -156,8 +202,10 @@ def test_files_over_the_bounds_are_refused(monkeypatch) -> None:
         ({"type": "input_file", "file_data": 5}, "file_data", "invalid_type"),
     ],
 )
-def test_file_ids_urls_and_missing_data_are_400s_naming_the_field(part, param, code) -> None:
-    err = refused(part, before=BEFORE)
+async def test_file_ids_urls_and_missing_data_are_400s_naming_the_field(
+    pool, part, param, code
+) -> None:
+    err = await refused(part, pool, before=BEFORE)
     assert err.param == f"input[0].content[1].{param}"
     if code != "invalid_type":
         assert err.code == code

@@ -57,6 +57,15 @@ def run_parser(prog: str, description: str, out: Path, quick: str) -> argparse.A
     parser.add_argument(
         "--start-stack", action="store_true", help="start a stack on free ports for the run"
     )
+    parser.add_argument(
+        "--stack-env",
+        type=_setting,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="with --start-stack: a setting for every process of that stack (repeatable), "
+        "e.g. TURNPIKE_ACCESS_LOG=false to measure a variant",
+    )
     parser.add_argument("--out", type=Path, default=out, help="results folder")
     parser.add_argument("--base-url", default=DEFAULT_BASE_URL, help="the gateway's /v1 URL")
     parser.add_argument(
@@ -65,12 +74,19 @@ def run_parser(prog: str, description: str, out: Path, quick: str) -> argparse.A
     return parser
 
 
+def _setting(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
 def target_from(args: argparse.Namespace, router: str, command: str) -> Target:
     """A stack started here (``--start-stack``) or the running one the arguments name;
     ``StackMissing`` (saying how to run ``command``) when there is none."""
     if args.start_stack:
         log("starting a stack on free ports")
-        return start_local()
+        return start_local(dict(args.stack_env))
     return running(args.base_url, args.api_key, router, command)
 
 

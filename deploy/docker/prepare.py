@@ -41,11 +41,16 @@ def copy_code(service: str) -> None:
     print(f"prepare: code of {', '.join(packages_of(service))}")
 
 
+# Modules a service imports only when it first needs them (its entry module does not).
+LAZY_IMPORTS = {"gateway": ("gateway.pdf_worker", "pypdfium2")}
+
+
 def check_imports(service: str) -> None:
     # The app folder did not exist when this interpreter started: forget that.
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
-    importlib.import_module(f"{service}.__main__")
+    for module in (f"{service}.__main__", *LAZY_IMPORTS.get(service, ())):
+        importlib.import_module(module)
     print(f"prepare: {service} imports with this image's packages")
 
 

@@ -10,12 +10,20 @@ ends, what it used. Two parts decide:
 
 Tokens are reserved at admission from an estimate (the new input's size and the output
 asked for) and settled at the end with the response's real usage.
+
+One owner gives a slot back, so that no exit can leak it (a leaked slot refuses every
+tenant of the process until a restart): ``AdmissionControl.hold`` owns the slot while
+the request is prepared and releases it on any exit, unless ``ResponseEngine.start``
+has handed it to the response's task, which releases it when the response ends.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from gateway import metrics
@@ -45,12 +53,33 @@ class Pass:
     ticket: Ticket | None
     headers: dict[str, str] = field(default_factory=dict)
     released: bool = False
+    # Set when a response's task took the pass over: it releases it, not ``hold``.
+    handed_over: bool = False
 
 
 class AdmissionControl:
     def __init__(self, limiter: Limiter, in_flight: InFlight) -> None:
         self.limiter = limiter
         self.in_flight = in_flight
+        self._settling: set[asyncio.Task[None]] = set()
+
+    @asynccontextmanager
+    async def hold(
+        self, tenant: str, limits: TenantLimits, request: CreateRequest, body_bytes: int
+    ) -> AsyncIterator[Pass]:
+        """Admit the request (``admit``) for the block: its pass is released when the
+        block exits, however it exits, unless the block handed it to a response's task
+        (``Pass.handed_over``)."""
+        admitted = await self.admit(tenant, limits, request, body_bytes)
+        try:
+            yield admitted
+        finally:
+            if not admitted.handed_over:
+                await self.release(admitted, 0)
+
+    def can_admit(self) -> bool:
+        """Whether the process has room for one more response (readiness)."""
+        return not self.in_flight.bound or self.in_flight.total < self.in_flight.bound
 
     async def admit(
         self, tenant: str, limits: TenantLimits, request: CreateRequest, body_bytes: int
@@ -66,17 +95,22 @@ class AdmissionControl:
         if (shed := self.in_flight.try_admit(tenant)) is not None:
             metrics.SHED.labels(shed.reason).inc()
             raise overloaded(shed)
+        metrics.ADMISSION_SLOTS.inc()
         try:
             decision = await self.limiter.admit(
                 tenant, limits, estimate_tokens(request, body_bytes)
             )
         except BaseException:
-            self.in_flight.release(tenant)
+            self._free_slot(tenant)
             raise
         if not decision.allowed:
-            self.in_flight.release(tenant)
+            self._free_slot(tenant)
             raise rate_limited(decision.reason, decision.retry_after_s, decision.headers)
         return Pass(tenant, decision.ticket, dict(decision.headers))
+
+    def _free_slot(self, tenant: str) -> None:
+        self.in_flight.release(tenant)
+        metrics.ADMISSION_SLOTS.dec()
 
     async def release(self, admitted: Pass | None, used_tokens: int) -> None:
         """The response ended (whatever its status): charge what it used, free its slot.
@@ -84,15 +118,26 @@ class AdmissionControl:
         if admitted is None or admitted.released:
             return
         admitted.released = True
-        self.in_flight.release(admitted.tenant)
+        self._free_slot(admitted.tenant)
         if admitted.ticket is not None:
-            try:
-                await self.limiter.settle(admitted.ticket, used_tokens)
-            except Exception:
-                # The response is served and billed; only the limiter's view is off.
-                log.exception("settling the rate limit of %s failed", admitted.tenant)
+            # In a task of its own: a caller cancelled mid-settle (a client gone, a
+            # shutdown) must not leave the tenant's concurrency slot taken in the limiter.
+            task = asyncio.create_task(self._settle(admitted, used_tokens))
+            self._settling.add(task)
+            task.add_done_callback(self._settling.discard)
+            await asyncio.shield(task)
+
+    async def _settle(self, admitted: Pass, used_tokens: int) -> None:
+        assert admitted.ticket is not None
+        try:
+            await self.limiter.settle(admitted.ticket, used_tokens)
+        except Exception:
+            # The response is served and billed; only the limiter's view is off.
+            log.exception("settling the rate limit of %s failed", admitted.tenant)
 
     async def close(self) -> None:
+        if self._settling:
+            await asyncio.wait(list(self._settling), timeout=5)
         await self.limiter.close()
 
 

@@ -10,11 +10,12 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from turnpike import telemetry
 from turnpike.config import GatewaySettings
 
-from gateway import conversations_api, dashboard_api, http_api, openapi_api, ws_api
+from gateway import access_log, conversations_api, dashboard_api, http_api, openapi_api, ws_api
 from gateway.errors import ApiError, invalid, server_error, store_unavailable
 from gateway.json_response import JSONResponse
 from gateway.store import StoreUnavailable
@@ -56,12 +57,14 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     app.include_router(conversations_api.router)
     app.include_router(openapi_api.router)
 
-    def error_response(err: ApiError) -> JSONResponse:
+    def error_response(err: ApiError, request: Request) -> JSONResponse:
+        # For the access line (EdgeMiddleware): routing shares the one scope.
+        request.scope[ERROR_SCOPE_KEY] = (err.code, err.param)
         return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
     @app.exception_handler(ApiError)
     async def on_api_error(request: Request, err: ApiError) -> JSONResponse:
-        return error_response(err)
+        return error_response(err, request)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
@@ -70,49 +73,87 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             404: f"Invalid URL ({request.method} {request.url.path}).",
             405: f"Method {request.method} is not allowed on {request.url.path}.",
         }.get(err.status_code, str(err.detail))
-        return error_response(ApiError(err.status_code, message, code=code))
+        return error_response(ApiError(err.status_code, message, code=code), request)
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
-        return error_response(invalid(str(err), None, "invalid_request"))
+        return error_response(invalid(str(err), None, "invalid_request"), request)
 
     @app.exception_handler(StoreUnavailable)
     async def on_store_unavailable(request: Request, err: StoreUnavailable) -> JSONResponse:
-        return error_response(store_unavailable())
+        return error_response(store_unavailable(), request)
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, err: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(server_error())
+        return error_response(server_error(), request)
 
-    app.add_middleware(EdgeHeadersMiddleware)
+    app.add_middleware(EdgeMiddleware, log_lines=settings.access_log)
     return app
 
 
-class EdgeHeadersMiddleware:
-    """Adds ``x-request-id`` to every HTTP response (the SDK exposes it as
-    ``request_id``), and ``x-turnpike-overhead-ms`` where the handler did not: the time
-    the gateway took until the headers left (all of it API time; a create response sets
-    its own, without the model's time). Plain ASGI, so streamed bodies pass through
-    untouched."""
+# Where an error handler leaves the error's (code, param) for the access line.
+ERROR_SCOPE_KEY = "turnpike.error"
+EVENT_STREAM = b"text/event-stream"
 
-    def __init__(self, app) -> None:
+
+class EdgeMiddleware:
+    """Every HTTP request at the edge: adds ``x-request-id`` to its response (the SDK
+    exposes it as ``request_id``) and ``x-turnpike-overhead-ms`` where the handler did
+    not (the time until the headers left, all of it API time; a create response sets
+    its own, without the model's time), and records it once its body has left
+    (``gateway.access_log``). Plain ASGI, so streamed bodies pass through untouched."""
+
+    def __init__(self, app, log_lines: bool = True) -> None:
         self.app = app
+        self.log_lines = log_lines
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        arrived = time.perf_counter()
-        request_id = ("req_" + secrets.token_hex(12)).encode()
+        access = access_log.Access(
+            "req_" + secrets.token_hex(12), "http", access_log.UNMATCHED, scope["method"]
+        )
+        request_id = access.request_id.encode()
 
         async def send_with_id(message) -> None:
             if message["type"] == "http.response.start":
+                access.status = message["status"]
                 headers = [*message.get("headers", []), (b"x-request-id", request_id)]
-                if not any(name == OVERHEAD_HEADER_BYTES for name, _ in headers):
-                    elapsed_ms = (time.perf_counter() - arrived) * 1000
+                overhead_set = False
+                for name, value in headers:
+                    if name == OVERHEAD_HEADER_BYTES:
+                        overhead_set = True
+                    elif name == b"content-type" and value.startswith(EVENT_STREAM):
+                        access.transport = "sse"
+                if not overhead_set:
+                    elapsed_ms = (time.perf_counter() - access.started) * 1000
                     headers.append((OVERHEAD_HEADER_BYTES, f"{elapsed_ms:.3f}".encode()))
                 message["headers"] = headers
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            self._record(scope, access)
+
+    def _record(self, scope, access: access_log.Access) -> None:
+        if (route := scope.get("route")) is not None:
+            access.route = route.path
+        if (error := scope.get(ERROR_SCOPE_KEY)) is not None:
+            access.code, access.param = error
+        access.tenant = tenant_of(scope)
+        access_log.record(access, self.log_lines)
+
+
+def tenant_of(scope) -> str:
+    """The caller's tenant for the access line, or "-" (no key, an unknown one)."""
+    app = scope.get("app")
+    gateway = getattr(getattr(app, "state", None), "gateway", None)
+    if gateway is None:
+        return "-"
+    try:
+        return gateway.keys.tenant_for(Headers(scope=scope))
+    except ApiError:
+        return "-"

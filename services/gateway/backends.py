@@ -4,6 +4,7 @@ one way the gateway calls them: ``Backends.call``."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -17,13 +18,42 @@ from turnpike.router.v1 import router_pb2_grpc
 from turnpike.safety.v1 import safety_pb2_grpc
 from turnpike.tokenizer.v1 import tokenizer_pb2_grpc
 
-from gateway.errors import ApiError, unavailable
+from gateway.errors import ApiError, invalid, unavailable
 
 log = logging.getLogger(__name__)
 
 Reply = TypeVar("Reply")
 # A backend status the client caused, and the API error that tells it so.
 ClientErrors = Mapping[grpc.StatusCode, Callable[[grpc.aio.AioRpcError], ApiError]]
+# What gRPC says of a message over a channel's size limit (RESOURCE_EXHAUSTED): "CLIENT:
+# Sent" (this end refused to send it), "SERVER: Received" (the peer refused it), "CLIENT:
+# Received" (a reply over this end's limit). A service's own RESOURCE_EXHAUSTED (overload)
+# says something else.
+_TOO_LARGE = re.compile(
+    r"(?:(CLIENT|SERVER): )?(Sent|Received) message larger than max \((\d+) vs\. (\d+)\)"
+)
+
+
+def message_too_large(service: str, err: grpc.aio.AioRpcError) -> ApiError | None:
+    """A message over the channel's limit as the client's 400: sending the same request
+    again cannot succeed, so never a 503 to retry. None for any other failure."""
+    if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    found = _TOO_LARGE.search(err.details() or "")
+    if found is None:
+        return None
+    side, verb, size, limit = found.groups()
+    log.warning("%s call failed: %s", service, err.details())
+    if side == "CLIENT" and verb == "Received":
+        what = f"the {service} service's reply to it is {size} bytes"
+    else:
+        what = f"it makes a message of {size} bytes to the {service} service"
+    return invalid(
+        f"Your request is too large: {what}, over the limit of {limit} bytes. Send a "
+        "shorter input or conversation (compact it: POST /v1/responses/compact).",
+        "input",
+        "input_too_large",
+    )
 
 
 class Backends:
@@ -54,11 +84,13 @@ class Backends:
         client_errors: ClientErrors | None = None,
     ) -> Reply:
         """One unary call within the backend timeout. A status listed in
-        ``client_errors`` is the client's to fix; any other failure is a 503 the
-        client may retry (and a warning here)."""
+        ``client_errors`` is the client's to fix, and so is a message over the channel's
+        size limit; any other failure is a 503 the client may retry (and a warning here)."""
         try:
             return await method(request, timeout=self.timeout_s)
         except grpc.aio.AioRpcError as err:
+            if (too_large := message_too_large(service, err)) is not None:
+                raise too_large from None
             if client_errors and (to_api_error := client_errors.get(err.code())):
                 raise to_api_error(err) from None
             log.warning("%s call failed: %s %s", service, err.code(), err.details())

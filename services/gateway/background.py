@@ -79,8 +79,13 @@ class BackgroundResponses:
         running = self._running.get((tenant, response_id))
         if running is None:
             return None
+        self.request_cancel(running)
+        await running.finished.wait()
+        return running.final
+
+    @staticmethod
+    def request_cancel(running: Running) -> None:
+        """Stop the generation (its worker stream with it); the response ends cancelled."""
         running.cancel_requested = True
         if running.generation is not None:
             running.generation.cancel()
-        await running.finished.wait()
-        return running.final

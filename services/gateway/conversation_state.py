@@ -42,3 +42,5 @@ class ConversationState:
     route: router_pb2.RouteDecision | None = None
     lane: str | None = None  # the WebSocket lane that produced it
     image_tokens: int = 0  # of the resolved images in ``history``
+    # Bytes of ``history`` (conversation_bounds.items_bytes); None: not measured yet.
+    history_bytes: int | None = None

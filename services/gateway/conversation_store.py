@@ -5,7 +5,9 @@ A conversation is its metadata and an ordered list of canonical items (``gateway
 each with its own id. ``RedisConversationStore`` (``conversation_store_redis``) is the
 shared tier. Every operation is scoped by tenant: another tenant's id finds nothing,
 exactly like an id that never existed. A store that cannot answer raises
-``StoreUnavailable``.
+``StoreUnavailable``. Each conversation is bounded in items and bytes
+(``gateway.conversation_bounds``): a create or append past them raises
+``ConversationTooLarge`` and changes nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Protocol
 
 from turnpike.ids import new_id
 
+from gateway.conversation_bounds import ConversationBounds, check_size, item_bytes
 from gateway.items import Item
 
 
@@ -40,10 +43,13 @@ def new_conversation(metadata: dict[str, str]) -> StoredConversation:
 
 
 class ConversationStore(Protocol):
+    bounds: ConversationBounds
+
     async def create(
         self, tenant: str, conversation: StoredConversation, items: list[Item]
     ) -> None:
-        """Store a new conversation with its first items."""
+        """Store a new conversation with its first items (ConversationTooLarge when they
+        are past the bounds)."""
 
     async def get(self, tenant: str, conversation_id: str) -> StoredConversation | None:
         """The tenant's conversation, or None."""
@@ -56,8 +62,13 @@ class ConversationStore(Protocol):
     async def delete(self, tenant: str, conversation_id: str) -> bool:
         """Whether there was such a conversation to delete (its items go with it)."""
 
-    async def append(self, tenant: str, conversation_id: str, items: list[Item]) -> bool:
-        """Add items at the end; False when there is no such conversation."""
+    async def append(
+        self, tenant: str, conversation_id: str, items: list[Item], exempt: int = 0
+    ) -> bool:
+        """Add items at the end; False when there is no such conversation. All or none:
+        ConversationTooLarge (nothing added) when they would take it past the bounds,
+        not counting the last ``exempt`` items (a turn's output, which may go past:
+        ``gateway.conversation_bounds``)."""
 
     async def items(self, tenant: str, conversation_id: str) -> list[Item] | None:
         """Every item, oldest first; None when there is no such conversation."""
@@ -73,20 +84,27 @@ class ConversationStore(Protocol):
 class _Entry:
     conversation: StoredConversation
     items: list[Item]
+    size: int  # bytes of its items (item_bytes)
 
 
 class InMemoryConversationStore:
     """In process. Bounded by conversations and by the items they hold together: past
     either bound the least recently used conversations leave first (never the one just
-    written, even alone over the bound)."""
+    written, even alone over the bound). Each conversation within ``bounds``."""
 
-    def __init__(self, max_conversations: int, max_items: int = 1_000_000) -> None:
+    def __init__(
+        self,
+        max_conversations: int,
+        max_items: int = 1_000_000,
+        bounds: ConversationBounds | None = None,
+    ) -> None:
         if max_conversations < 1:
             raise ValueError("the conversation store needs room for at least one conversation")
         self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
         self._max_conversations = max_conversations
         self._max_items = max_items
         self._total_items = 0
+        self.bounds = bounds or ConversationBounds()
 
     def _use(self, tenant: str, conversation_id: str) -> _Entry | None:
         key = (tenant, conversation_id)
@@ -106,11 +124,13 @@ class InMemoryConversationStore:
     async def create(
         self, tenant: str, conversation: StoredConversation, items: list[Item]
     ) -> None:
+        size = sum(item_bytes(i) for i in items)
+        check_size(self.bounds, len(items), size)
         old = self._entries.pop((tenant, conversation.id), None)
         if old is not None:
             self._total_items -= len(old.items)
         self._entries[(tenant, conversation.id)] = _Entry(
-            _copy(conversation), [dict(i) for i in items]
+            _copy(conversation), [dict(i) for i in items], size
         )
         self._total_items += len(items)
         self._evict()
@@ -135,11 +155,17 @@ class InMemoryConversationStore:
         self._total_items -= len(entry.items)
         return True
 
-    async def append(self, tenant: str, conversation_id: str, items: list[Item]) -> bool:
+    async def append(
+        self, tenant: str, conversation_id: str, items: list[Item], exempt: int = 0
+    ) -> bool:
         entry = self._use(tenant, conversation_id)
         if entry is None:
             return False
+        sizes = [item_bytes(i) for i in items]
+        bounded = len(items) - min(exempt, len(items))
+        check_size(self.bounds, len(entry.items) + bounded, entry.size + sum(sizes[:bounded]))
         entry.items.extend(dict(i) for i in items)
+        entry.size += sum(sizes)
         self._total_items += len(items)
         self._evict()
         return True
@@ -155,6 +181,7 @@ class InMemoryConversationStore:
         for i, item in enumerate(entry.items):
             if item.get("id") == item_id:
                 del entry.items[i]
+                entry.size -= item_bytes(item)
                 self._total_items -= 1
                 return True
         return False

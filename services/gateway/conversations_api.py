@@ -5,6 +5,8 @@ Stored by the gateway's ``ConversationStore`` and scoped by tenant: another tena
 conversation is not found, as one that never existed. Items are validated as a create
 request's ``input`` is, and stored in the canonical shape with an id each. A response
 created with ``conversation`` appends its input and output here (``gateway.engine``).
+Items that would take a conversation past its bounds (``gateway.conversation_bounds``) are
+refused whole: a 400 ``conversation_too_large``.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from gateway.conversation_bounds import ConversationTooLarge
 from gateway.conversation_store import ConversationStore, StoredConversation, new_conversation
 from gateway.errors import ApiError, echo, invalid, invalid_type, not_found
 from gateway.http_api import gateway_of, int_param, read_body
+from gateway.input_files import read_pdfs
 from gateway.items import Item, normalize_input
 from gateway.json_codec import parse_json
 from gateway.json_response import JSONResponse
@@ -94,8 +98,12 @@ async def create_conversation(request: Request) -> Response:
     store, tenant = _store_and_tenant(request)
     body = await _body(request)
     items = _items(body.get("items"), required=False)
+    await read_pdfs(items, gateway_of(request).engine.res.pdf)
     conversation = new_conversation(parse_metadata(body.get("metadata")))
-    await store.create(tenant, conversation, items)
+    try:
+        await store.create(tenant, conversation, items)
+    except ConversationTooLarge as err:
+        raise err.api_error("The new conversation", "items") from None
     return JSONResponse(conversation.to_json())
 
 
@@ -156,7 +164,13 @@ async def list_items(conversation_id: str, request: Request) -> Response:
 async def add_items(conversation_id: str, request: Request) -> Response:
     store, tenant = _store_and_tenant(request)
     items = _items((await _body(request)).get("items"), required=True)
-    if not await store.append(tenant, conversation_id, items):
+    await read_pdfs(items, gateway_of(request).engine.res.pdf)
+    try:
+        found = await store.append(tenant, conversation_id, items)
+    except ConversationTooLarge as err:
+        what = f"With these {len(items)} items, conversation {echo(conversation_id)}"
+        raise err.api_error(what, "items") from None
+    if not found:
         raise _conversation_not_found(conversation_id)
     return JSONResponse(_item_list(items))
 

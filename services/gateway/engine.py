@@ -26,7 +26,7 @@ from turnpike.imageres.v1 import imageres_pb2
 from turnpike.inference.v1 import inference_pb2
 from turnpike.router.v1 import router_pb2
 
-from gateway import compaction, encrypted_reasoning, turn_metrics
+from gateway import compaction, conversation_bounds, encrypted_reasoning, turn_metrics
 from gateway.admission import AdmissionControl
 from gateway.background import BackgroundResponses
 from gateway.billing_outbox import BillingOutbox
@@ -34,7 +34,9 @@ from gateway.conversation_state import ConversationState
 from gateway.errors import ApiError, store_unavailable
 from gateway.event_queue import ResponseEventQueue
 from gateway.events import Event, ResponseEvents
+from gateway.input_files import read_pdfs
 from gateway.items import Item, to_proto
+from gateway.live_responses import LiveResponses
 from gateway.pipelines import Pipeline
 from gateway.prepared import Prepared
 from gateway.request import CreateRequest
@@ -52,6 +54,8 @@ from gateway.worker_stream import WorkerSilentError, worker_events
 
 log = logging.getLogger(__name__)
 
+# How long a stop (a delete, another replica's cancel) waits for the response to finish.
+STOP_WAIT_S = 10.0
 # How many workers a generation may try before it fails (connection refused only).
 MAX_WORKER_ATTEMPTS = 3
 # Vendor extension on the response object: where the time went (see _annotate).
@@ -110,22 +114,24 @@ class ResponseEngine:
         self.admission = admission
         self._tasks: set[asyncio.Task[None]] = set()
         self.background = BackgroundResponses()
+        self.live = LiveResponses()
 
     async def prepare(
         self, request: CreateRequest, ctx: RequestContext, pipeline: Pipeline
     ) -> Prepared:
-        self._open_sealed(request, ctx.tenant)
         prepared = Prepared(request, ctx, new_id("resp"))
         ctx.span.set_attribute("turnpike.response.id", prepared.response_id)
         if request.safety_identifier:  # who the end user is, for abuse investigations
             ctx.span.set_attribute("turnpike.safety_identifier", request.safety_identifier)
         turn_metrics.response_started(ctx)
         try:
+            self._open_sealed(request, ctx.tenant)
+            await read_pdfs(request.input_items, self.res.pdf)
             await pipeline.prepare(prepared, self.res)
         except BaseException as err:
             model = prepared.model.id if prepared.model is not None else None
             turn_metrics.response_refused(ctx, model, err)
-            await self._release(ctx, 0)
+            # The admission slot is the caller's to give back (AdmissionControl.hold).
             # The client gets an error, not a response: the cached parent cannot be
             # trusted to match what the client will send next.
             if (
@@ -153,6 +159,7 @@ class ResponseEngine:
     # Generation ------------------------------------------------------------
     def start(self, prepared: Prepared) -> ResponseEventQueue:
         queue = ResponseEventQueue(prepared.response_id)
+        self.live.add(prepared.ctx.tenant, prepared.response_id, queue, prepared.request.store)
         if prepared.request.background:
             self.background.track(prepared.ctx.tenant, prepared.response_id, queue)
         span = prepared.ctx.span
@@ -166,9 +173,31 @@ class ResponseEngine:
             task = asyncio.create_task(
                 self._drive(prepared, queue), name=f"response {queue.response_id}"
             )
+        # The task owns the admission slot from here: _finish gives it back, or, for a
+        # task cancelled before it ran (shutdown), _after_task.
+        admitted = prepared.ctx.admission
+        if admitted is not None:
+            admitted.handed_over = True
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: self._after_task(prepared))
         return queue
+
+    async def stop(self, tenant: str, response_id: str, wait_s: float) -> bool:
+        """Stop the tenant's response if it runs in this process (a background one is
+        cancelled, a foreground one stops as when its client leaves), and wait, at most
+        ``wait_s``, until it has finished: stored (unless deleted) and billed. Whether
+        it ran here."""
+        live = self.live.get(tenant, response_id)
+        if live is None:
+            return False
+        if (running := self.background.running(tenant, response_id)) is not None:
+            self.background.request_cancel(running)
+        else:
+            live.queue.abandon()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(live.finished.wait(), wait_s)
+        return True
 
     async def drain(self, timeout: float) -> None:
         """Let responses in flight finish (graceful shutdown)."""
@@ -430,6 +459,8 @@ class ResponseEngine:
         )
         assert response is not None and policy is not None
         use = response.get("usage") or {}  # what was generated, whatever the ending
+        # Deleted while it ran: billed, but neither stored (_store) nor continued from.
+        deleted = self.live.is_deleted(ctx.tenant, response["id"])
         try:
             with ctx.stage("finalize"):
                 finished_ok = response["status"] in ("completed", "incomplete")
@@ -447,19 +478,23 @@ class ResponseEngine:
                         "service_unavailable", store_unavailable().message
                     )
                     finished_ok = False
+                continuable = finished_ok and not deleted
                 cache = ctx.connection_cache
                 # A truncated render covers only the items left: nothing may append to it.
                 prompt = prepared.prompt
                 whole = prompt is not None and not prompt.truncated
-                if finished_ok and policy.keep_rendered_tokens and whole:
+                if continuable and policy.keep_rendered_tokens and whole:
                     self.res.token_cache.put(ctx.tenant, response["id"], prompt.rendered)
-                if finished_ok and cache is not None:
+                if continuable and cache is not None:
                     cache.put(response["id"], self._next_state(prepared, generation))
                 elif cache is not None and request.previous_response_id:
                     cache.evict_after_failure(request.previous_response_id, ctx.lane)
                 if finished_ok and request.conversation:  # the turn joins its conversation
                     turn = [*request.input_items, *response["output"]]
-                    await self.res.conversations.append(ctx.tenant, request.conversation, turn)
+                    # The output may take it past its bounds (gateway.conversation_bounds).
+                    await self.res.conversations.append(
+                        ctx.tenant, request.conversation, turn, exempt=len(response["output"])
+                    )
         except Exception:
             log.exception("finalizing response %s failed", response["id"])
         self._stamp_overhead(prepared, generation, terminal)
@@ -470,10 +505,20 @@ class ResponseEngine:
             queue.emit(event)
         queue.close()
         self.background.finished(ctx.tenant, response["id"], response)
+        self.live.finished(ctx.tenant, response["id"])
 
     async def _release(self, ctx: RequestContext, used_tokens: int) -> None:
         if self.admission is not None:
             await self.admission.release(ctx.admission, used_tokens)
+
+    def _after_task(self, prepared: Prepared) -> None:
+        """What _finish does not do when the task never ran it."""
+        ctx = prepared.ctx
+        self.live.finished(ctx.tenant, prepared.response_id)
+        if ctx.admission is not None and not ctx.admission.released:
+            task = asyncio.get_running_loop().create_task(self._release(ctx, 0))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     @staticmethod
     def _stamp_overhead(prepared: Prepared, generation: Generation, terminal: list[Event]) -> None:
@@ -536,10 +581,17 @@ class ResponseEngine:
             route=generation.route,
             lane=prepared.ctx.lane,
             image_tokens=prepared.image_tokens or 0,
+            history_bytes=conversation_bounds.bytes_after(
+                prepared.parent.state.history_bytes if prepared.parent is not None else 0,
+                prepared.request.input_items,
+                output,
+            ),
         )
 
     async def _store(self, prepared: Prepared) -> None:
         assert prepared.response is not None and prepared.conversation is not None
+        if self.live.is_deleted(prepared.ctx.tenant, prepared.response_id):
+            return
         await self.res.store.put(
             StoredResponse(
                 prepared.ctx.tenant,
@@ -573,6 +625,7 @@ class ResponseEngine:
         """Every item of the request's conversation (its parent's, then its input,
         compaction items expanded) and the prompt tokens they render to."""
         self._open_sealed(request, tenant)
+        await read_pdfs(request.input_items, self.res.pdf)
         parent = None
         if request.previous_response_id:
             parent = await load_parent(self.res.store, tenant, request.previous_response_id)

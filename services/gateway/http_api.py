@@ -80,9 +80,10 @@ async def create_response(request: Request) -> Response:
     create = parse_create(parse_bounded(gw, raw), default_model=gw.settings.default_model)
     transport = "sse" if create.stream else "http"
     ctx = RequestContext(tenant, pipeline.name, transport=transport, started=arrived)
-    ctx.admission = await gw.admission.admit(tenant, gw.keys.limits(tenant), create, len(raw))
-    with response_span(ctx, create.model):
-        queue = gw.engine.start(await gw.engine.prepare(create, ctx, pipeline))
+    limits = gw.keys.limits(tenant)
+    async with gw.admission.hold(tenant, limits, create, len(raw)) as ctx.admission:
+        with response_span(ctx, create.model):
+            queue = gw.engine.start(await gw.engine.prepare(create, ctx, pipeline))
     if create.background and not create.stream:
         # Answer at once, once the response is stored; generation goes on without us.
         async for event in queue.events():
@@ -181,10 +182,20 @@ async def _resume(gw: Gateway, tenant: str, response_id: str, request: Request) 
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(response_id: str, request: Request) -> Response:
+    """A response still running is stopped first (what it generated is billed), and
+    never stored again, whichever of delete, cancel and completion comes first."""
     gw = gateway_of(request)
     tenant = gw.keys.tenant_for(request.headers)
-    if not await gw.store.delete(tenant, response_id):
+    running_here = gw.engine.live.mark_deleted(tenant, response_id)
+    found = await gw.store.delete(tenant, response_id)
+    if not (found or running_here):
         raise _response_not_found(response_id)
+    if running_here:
+        await gw.engine.stop(tenant, response_id, CANCEL_WAIT_S)
+    elif gw.engine.background.shared is not None:
+        # It may run on another replica, which then stops it; the store refuses to
+        # keep it again (RedisResponseStore's tombstone).
+        await gw.engine.background.shared.request_cancel(tenant, response_id)
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 

@@ -2,27 +2,37 @@
 
 ``file_data`` is a data URL (``data:<mime>;base64,<data>``), or bare base64 whose type
 the ``filename``'s extension tells. Text files (``text/*``, JSON, XML, YAML) are decoded
-as UTF-8; PDFs have their text extracted with pypdf. The canonical part keeps the file's
-name and its text, not its bytes: the prompt renders the text under the name, and a
-follow-up never decodes the file again. ``file_id`` and ``file_url`` need a Files API or
-fetching, which this server does not have: both are refused naming the parameter.
-Pure: no I/O.
+as UTF-8 while the request is parsed. A PDF is only checked and decoded then: it becomes
+a pending part (``PENDING`` holds its bytes) until ``read_pdfs`` has its text extracted
+by the PDF workers (``gateway.pdf_pool``), off the event loop and under their limits,
+before anything renders the input. The canonical part keeps the file's name and its
+text, not its bytes: the prompt renders the text under the name, and a follow-up never
+decodes the file again. ``file_id`` and ``file_url`` need a Files API or fetching, which
+this server does not have: both are refused naming the parameter.
+
+Parsing is pure (no I/O); ``read_pdfs`` is the one step that waits, on the workers.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import io
 import mimetypes
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import invalid, invalid_type, require_str
+from gateway.errors import ApiError, invalid, invalid_type, require_str
+from gateway.pdf_pool import PdfFailure, PdfPool, PdfPoolBusy
 
-# Bounds: a PDF is parsed in the request's path, so its size and pages are kept small.
+# Bounds checked while parsing: a file's size, and a text file's characters. A PDF's
+# pages and text are bounded by the workers (TURNPIKE_PDF_*), and a request's PDFs here.
 MAX_FILE_BYTES = 4 * 1024 * 1024
-MAX_PDF_PAGES = 100
 MAX_TEXT_CHARS = 200_000
+# PDFs one request may hold: each is read in turn, in up to TURNPIKE_PDF_TIMEOUT_S.
+MAX_PDFS_PER_REQUEST = 10
+# Where a PDF's header may start (as PDF readers accept it): past it, not a PDF.
+PDF_HEADER_WITHIN = 1024
 TEXT_TYPES = (
     "application/json",
     "application/xml",
@@ -31,10 +41,19 @@ TEXT_TYPES = (
     "application/x-ndjson",
 )
 PDF_TYPE = "application/pdf"
+# The key of a part whose PDF is still to be read: never stored, never rendered.
+PENDING = "pending_pdf"
+
+
+@dataclass(frozen=True)
+class PendingPdf:
+    payload: bytes
+    param: str  # input[i].content[j].file_data: what an error about it names
 
 
 def normalize_file_part(raw: dict[str, Any], param: str) -> dict[str, Any]:
-    """The canonical ``input_file`` part: ``{"type", "filename", "text"}``."""
+    """The canonical ``input_file`` part, ``{"type", "filename", "text"}``; for a PDF,
+    ``{"type", "filename", PENDING}`` until ``read_pdfs``."""
     for key in ("file_id", "file_url"):
         if raw.get(key) is not None:
             raise invalid(
@@ -47,13 +66,22 @@ def normalize_file_part(raw: dict[str, Any], param: str) -> dict[str, Any]:
     if filename is not None and not isinstance(filename, str):
         raise invalid_type(f"{param}.filename", "a string")
     data = require_str(raw, "file_data", param, "a base64 data URL string")
-    mime, payload = _split_data_url(data, filename, f"{param}.file_data")
-    text = file_text(mime, payload, f"{param}.file_data")
-    return {"type": "input_file", "filename": filename or "file", "text": text}
+    data_param = f"{param}.file_data"
+    mime, payload = _split_data_url(data, filename, data_param)
+    part: dict[str, Any] = {"type": "input_file", "filename": filename or "file"}
+    if mime == PDF_TYPE:
+        if b"%PDF-" not in payload[:PDF_HEADER_WITHIN]:
+            raise _unreadable(data_param)
+        part[PENDING] = PendingPdf(payload, data_param)
+    else:
+        part["text"] = file_text(mime, payload, data_param)
+    return part
 
 
 def rendered(part: dict[str, Any]) -> str:
     """How a file appears in the prompt: its name, then its text."""
+    if PENDING in part:
+        raise RuntimeError("a PDF rendered before read_pdfs extracted its text")
     return f"[file: {part.get('filename') or 'file'}]\n{part.get('text', '')}"
 
 
@@ -92,7 +120,7 @@ def _split_data_url(data: str, filename: str | None, param: str) -> tuple[str, b
     return mime, payload
 
 
-def _too_large(param: str):
+def _too_large(param: str) -> ApiError:
     return invalid(
         f"Invalid '{param}': the file is over {MAX_FILE_BYTES // (1024 * 1024)} MiB.",
         param,
@@ -100,10 +128,17 @@ def _too_large(param: str):
     )
 
 
+def _unreadable(param: str) -> ApiError:
+    return invalid(
+        f"Invalid '{param}': the PDF could not be read (corrupt or not a PDF).",
+        param,
+        "invalid_file",
+    )
+
+
 def file_text(mime: str, payload: bytes, param: str) -> str:
-    if mime == PDF_TYPE:
-        text = _pdf_text(payload, param)
-    elif mime.startswith("text/") or mime in TEXT_TYPES:
+    """A text file's text (a PDF's is the workers' to read)."""
+    if mime.startswith("text/") or mime in TEXT_TYPES:
         try:
             text = payload.decode("utf-8-sig")
         except UnicodeDecodeError:
@@ -126,36 +161,76 @@ def file_text(mime: str, payload: bytes, param: str) -> str:
     return text
 
 
-def _pdf_text(payload: bytes, param: str) -> str:
-    from pypdf import PdfReader  # only a request with a PDF pays for importing it
-    from pypdf.errors import PyPdfError
+def _file_parts(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for item in items:
+        if item.get("type") == "message":
+            parts = item.get("content")
+        elif item.get("type") == "function_call_output":
+            parts = item.get("output")
+        else:
+            continue
+        if isinstance(parts, list):
+            yield from (part for part in parts if part.get("type") == "input_file")
 
-    try:
-        reader = PdfReader(io.BytesIO(payload), strict=False)
-        if reader.is_encrypted:
-            raise invalid(
-                f"Invalid '{param}': the PDF is encrypted; send it without a password.",
-                param,
-                "invalid_file",
-            )
-        pages = reader.pages
-        if len(pages) > MAX_PDF_PAGES:
-            raise invalid(
-                f"Invalid '{param}': the PDF has {len(pages)} pages, over {MAX_PDF_PAGES}.",
-                param,
-                "file_too_large",
-            )
-        texts = []
-        total = 0
-        for page in pages:
-            texts.append(page.extract_text() or "")
-            total += len(texts[-1])
-            if total > MAX_TEXT_CHARS:
-                break  # file_text refuses it; stop extracting
-    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+
+async def read_pdfs(items: list[dict[str, Any]], pool: PdfPool) -> None:
+    """Give every pending PDF part of ``items`` its text, in place (the canonical part),
+    or raise the client's error naming the PDF. One PDF after another: a request holds
+    one worker at a time, and its PDFs share one budget of characters."""
+    pending = [part for part in _file_parts(items) if PENDING in part]
+    if not pending:
+        return
+    if len(pending) > MAX_PDFS_PER_REQUEST:
+        param = pending[MAX_PDFS_PER_REQUEST][PENDING].param
         raise invalid(
-            f"Invalid '{param}': the PDF could not be read (corrupt or not a PDF).",
+            f"Invalid '{param}': a request may hold at most {MAX_PDFS_PER_REQUEST} PDF files.",
             param,
-            "invalid_file",
-        ) from None
-    return "\n\n".join(texts).strip()
+            "too_many_files",
+        )
+    budget = pool.limits.max_chars
+    for part in pending:
+        pdf: PendingPdf = part[PENDING]
+        try:
+            text = await pool.text(pdf.payload, budget)
+        except PdfFailure as failure:
+            first = budget == pool.limits.max_chars
+            raise _refusal(failure, pdf.param, pool, first) from None
+        except PdfPoolBusy:
+            raise ApiError(
+                503,
+                "The server is overloaded: too many PDF files are being read. Retry shortly.",
+                type="server_error",
+                code="server_overloaded",
+                param=pdf.param,
+                headers={"retry-after": "1"},
+            ) from None
+        budget -= len(text)
+        del part[PENDING]
+        part["text"] = text
+
+
+def _refusal(failure: PdfFailure, param: str, pool: PdfPool, first: bool) -> ApiError:
+    limits = pool.limits
+    reason = failure.reason
+    if reason == "encrypted":
+        message, code = "the PDF is encrypted; send it without a password.", "invalid_file"
+    elif reason == "pages":
+        message = f"the PDF has {failure.pages} pages, over {limits.max_pages}."
+        code = "file_too_large"
+    elif reason == "chars":
+        whose = "the PDF's text is" if first else "the text of the request's PDFs is"
+        message, code = f"{whose} over {limits.max_chars} characters.", "file_too_large"
+    elif reason in ("deadline", "cpu", "crashed"):
+        bound = {
+            "deadline": f"{limits.timeout_s:g} seconds",
+            "cpu": f"{limits.cpu_s} seconds of CPU",
+            "crashed": f"{limits.memory_mb} MiB of memory",
+        }[reason]
+        message = (
+            f"reading the PDF's text takes more than the {bound} a file may take "
+            "(it may be built to be expensive to read)."
+        )
+        code = "file_too_complex"
+    else:
+        return _unreadable(param)
+    return invalid(f"Invalid '{param}': {message}", param, code)

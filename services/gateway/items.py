@@ -20,6 +20,10 @@ Item = dict[str, Any]
 
 MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+# Longest function name of a function_call item (a tool's is 64 characters). Every output
+# answering the call carries the name to the backends (``to_proto``): unbounded, one long
+# name and many small outputs made a message hundreds of times the request's size.
+MAX_FUNCTION_NAME_CHARS = 256
 
 
 def normalize_input(raw: Any, param: str = "input") -> list[Item]:
@@ -158,6 +162,13 @@ def _part(raw: Any, role: str, param: str) -> dict[str, Any]:
 def _normalize_function_call(raw: dict[str, Any], param: str) -> Item:
     call_id = require_str(raw, "call_id", param)
     name = require_str(raw, "name", param)
+    if len(name) > MAX_FUNCTION_NAME_CHARS:
+        raise invalid(
+            f"Invalid '{param}.name': a function name is at most "
+            f"{MAX_FUNCTION_NAME_CHARS} characters.",
+            f"{param}.name",
+            "invalid_value",
+        )
     arguments = require_str(raw, "arguments", param)
     item_id = raw.get("id")
     if item_id is not None and not isinstance(item_id, str):

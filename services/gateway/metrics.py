@@ -19,6 +19,12 @@ CACHES = ("connection", "token", "model")
 VERDICTS = ("allow", "flag", "block")
 GEN_AI_OPERATION = "chat"  # the conventions' gen_ai.operation.name for a Responses turn
 
+REQUESTS = Counter(
+    "turnpike_gateway_requests",
+    "Every request by route (its template; a WebSocket event's type), transport, status "
+    "and error code (empty on success): refusals too (gateway.access_log).",
+    ["route", "transport", "status", "code"],
+)
 RESPONSES = Counter(
     "turnpike_gateway_responses",
     "Create requests by outcome.",
@@ -74,6 +80,12 @@ ACTIVE_RESPONSES = Gauge(
     "turnpike_gateway_active_responses",
     "Responses being prepared or generated now.",
     ["transport"],
+    multiprocess_mode="livesum",
+)
+ADMISSION_SLOTS = Gauge(
+    "turnpike_gateway_admission_slots",
+    "Admission slots held now (gateway.admission): one per response admitted and not yet "
+    "released. Equal to the active responses whenever the gateway is idle; more is a leak.",
     multiprocess_mode="livesum",
 )
 CACHE_LOOKUPS = Counter(

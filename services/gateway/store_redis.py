@@ -4,6 +4,11 @@ Every gateway replica sees every stored response, so an HTTP follow-up may land 
 any replica. One key per response, scoped by tenant, JSON, expiring after
 ``ttl_s``. Redis trouble is ``StoreUnavailable`` for the request that needed it (a 503
 for the client), never a crash.
+
+A delete leaves a tombstone beside the key (expiring as the response would have), and a
+put never writes over one: a response deleted on one replica while another still runs
+it is not stored again when it finishes there. Both are scripts, so no put can fall
+between a delete's two writes.
 """
 
 from __future__ import annotations
@@ -21,6 +26,19 @@ from gateway.store import StoredResponse, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
+# KEYS: the response, its tombstone; ARGV: the value, the TTL. 1 when stored.
+PUT = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return 1
+"""
+# KEYS: the response, its tombstone; ARGV: the TTL. 1 when there was a response.
+DELETE = """
+if redis.call('DEL', KEYS[1]) == 0 then return 0 end
+redis.call('SET', KEYS[2], '1', 'EX', ARGV[1])
+return 1
+"""
+
 
 class RedisResponseStore:
     def __init__(self, url: str, ttl_s: int, prefix: str = "turnpike:response") -> None:
@@ -34,9 +52,15 @@ class RedisResponseStore:
         )
         self._ttl = ttl_s
         self._prefix = prefix
+        self._put = self._redis.register_script(PUT)
+        self._delete = self._redis.register_script(DELETE)
 
     def _key(self, tenant: str, response_id: str) -> str:
         return f"{self._prefix}:{tenant}:{response_id}"
+
+    def _keys(self, tenant: str, response_id: str) -> list[str]:
+        key = self._key(tenant, response_id)
+        return [key, f"{key}:deleted"]
 
     async def put(self, record: StoredResponse) -> None:
         value = json.dumps(
@@ -48,7 +72,7 @@ class RedisResponseStore:
             separators=(",", ":"),
         )
         try:
-            await self._redis.set(self._key(record.tenant, record.id), value, ex=self._ttl)
+            await self._put(keys=self._keys(record.tenant, record.id), args=[value, self._ttl])
         except RedisError as err:
             raise _unavailable("put", err) from None
 
@@ -64,7 +88,7 @@ class RedisResponseStore:
 
     async def delete(self, tenant: str, response_id: str) -> bool:
         try:
-            return bool(await self._redis.delete(self._key(tenant, response_id)))
+            return bool(await self._delete(keys=self._keys(tenant, response_id), args=[self._ttl]))
         except RedisError as err:
             raise _unavailable("delete", err) from None
 

@@ -14,11 +14,13 @@ from gateway.admission import AdmissionControl
 from gateway.backends import Backends
 from gateway.background_redis import SharedBackground
 from gateway.billing_outbox import BillingOutbox
+from gateway.conversation_bounds import ConversationBounds
 from gateway.conversation_store import ConversationStore, InMemoryConversationStore
 from gateway.conversation_store_redis import RedisConversationStore
-from gateway.engine import ResponseEngine
+from gateway.engine import STOP_WAIT_S, ResponseEngine
 from gateway.limits import FallbackLimiter, Limiter, LocalLimiter, RedisLimiter
 from gateway.model_cache import ModelConfigCache
+from gateway.pdf_pool import PdfPool
 from gateway.pipelines import CONNECTION, SPRINT, Pipeline, pipeline_named
 from gateway.sealing import Sealer
 from gateway.shedding import InFlight
@@ -62,10 +64,15 @@ class Gateway:
         else:
             store = InMemoryResponseStore(settings.store_max_responses)
         conversations: ConversationStore
+        bounds = ConversationBounds(
+            settings.max_conversation_items, settings.max_conversation_bytes
+        )
         if settings.redis_url:
-            conversations = RedisConversationStore(settings.redis_url, settings.redis_store_ttl_s)
+            conversations = RedisConversationStore(
+                settings.redis_url, settings.redis_store_ttl_s, bounds=bounds
+            )
         else:
-            conversations = InMemoryConversationStore(settings.store_max_responses)
+            conversations = InMemoryConversationStore(settings.store_max_responses, bounds=bounds)
         outbox = BillingOutbox(backends.billing, settings.billing_outbox_max_events)
         images = settings.images
         resources = Resources(
@@ -73,9 +80,10 @@ class Gateway:
             store,
             ModelConfigCache(settings.model_cache_ttl_s),
             TokenCache(settings.token_cache_tokens),
-            Limits(images.max_image_bytes, images.max_image_pixels),
+            Limits(images.max_image_bytes, images.max_image_pixels, images.max_request_pixels),
             conversations,
             Sealer.from_setting(settings.server_key),
+            pdf=PdfPool(settings.pdf),
         )
         admission = AdmissionControl(build_limiter(settings), InFlight(settings.max_in_flight))
         engine = ResponseEngine(resources, outbox, admission, settings.worker_silence_s)
@@ -90,7 +98,11 @@ class Gateway:
     async def start(self) -> None:
         self.outbox.start()
         if self.engine.background.shared is not None:
-            self.engine.background.shared.listen(self.engine.background.cancel)
+            # Another replica's cancel or delete: stop the response if it runs here.
+            engine = self.engine
+            engine.background.shared.listen(
+                lambda tenant, rid: engine.stop(tenant, rid, STOP_WAIT_S)
+            )
 
     async def stop(self, grace_s: float = 10.0) -> None:
         await self.engine.drain(grace_s)
@@ -101,13 +113,21 @@ class Gateway:
         await self.store.close()
         await self.engine.res.conversations.close()
         await self.admission.close()
+        await self.engine.res.pdf.close()
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """Whether the gateway can serve (its backends answer), and what it knows. The
-        store is reported, not required: a shared store (Redis) that is down takes every
-        replica down with it, and a gateway that is up answers its clients why."""
+        """Whether the gateway can serve (its backends answer, and it has room to admit a
+        response), and what it knows. The store is reported, not required: a shared store
+        (Redis) that is down takes every replica down with it, and a gateway that is up
+        answers its clients why."""
         services = await self.backends.health()
-        return all(services.values()), {"services": services, "store": await self.store.ping()}
+        in_flight = self.admission.in_flight
+        ready = all(services.values()) and self.admission.can_admit()
+        return ready, {
+            "services": services,
+            "store": await self.store.ping(),
+            "admission": {"in_flight": in_flight.total, "bound": in_flight.bound},
+        }
 
     def pipeline_for(self, headers: Mapping[str, str], websocket: bool) -> Pipeline:
         default = CONNECTION if websocket else SPRINT

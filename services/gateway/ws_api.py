@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
-from gateway import metrics
+from gateway import access_log, metrics
 from gateway.admission import connection_refused
 from gateway.errors import ApiError, server_error, store_unavailable
 from gateway.json_codec import dumps
@@ -64,9 +65,14 @@ class Connection:
                 except GONE:
                     pass
 
+    def record(self, access: access_log.Access) -> None:
+        gw_record(self.gw, access)
+
     async def apply(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, SendEvent):
+                if action.event["type"] == "error":  # the protocol refused a frame
+                    self.record(refused_frame(self.tenant, action.event))
                 await self.send(action.event)
             elif isinstance(action, StartResponse):
                 task = asyncio.create_task(self._respond(action.request))
@@ -78,6 +84,7 @@ class Connection:
     async def _respond(self, request: CreateRequest) -> None:
         lane = request.stream_id
         engine = self.gw.engine
+        access = new_access("response.create", self.tenant)
         try:
             ctx = RequestContext(
                 self.tenant,
@@ -90,16 +97,21 @@ class Connection:
                 # The frame's size is not kept: only the output is reserved up front,
                 # and the response's real usage is charged when it ends.
                 limits = self.gw.keys.limits(self.tenant)
-                ctx.admission = await self.gw.admission.admit(self.tenant, limits, request, 0)
-                # One trace per response, not per connection (gateway.tracing).
-                with response_span(ctx, request.model):
-                    queue = engine.start(await engine.prepare(request, ctx, self.pipeline))
+                admission = self.gw.admission.hold(self.tenant, limits, request, 0)
+                async with admission as ctx.admission:
+                    # One trace per response, not per connection (gateway.tracing).
+                    with response_span(ctx, request.model):
+                        queue = engine.start(await engine.prepare(request, ctx, self.pipeline))
             except ApiError as err:
+                access.failed(err.status, err.code, err.param)
                 await self.send(err.ws_event(lane))
                 return
             except StoreUnavailable:
-                await self.send(store_unavailable().ws_event(lane))
+                err = store_unavailable()
+                access.failed(err.status, err.code, err.param)
+                await self.send(err.ws_event(lane))
                 return
+            access.status = 200
             async for event in queue.events():
                 if lane is not None:
                     event["stream_id"] = lane
@@ -109,25 +121,54 @@ class Connection:
                     break
         except Exception:
             log.exception("websocket response failed")
-            await self.send(server_error("The server had an error.").ws_event(lane))
+            err = server_error("The server had an error.")
+            access.failed(err.status, err.code, err.param)
+            await self.send(err.ws_event(lane))
         finally:
+            self.record(access)
             await self.apply(self.session.on_response_done(request, time.monotonic()))
+
+
+def new_access(route: str, tenant: str) -> access_log.Access:
+    return access_log.Access("req_" + secrets.token_hex(12), "websocket", route, tenant=tenant)
+
+
+def refused_frame(tenant: str, event: dict) -> access_log.Access:
+    access = new_access(FRAME_ROUTE, tenant)
+    error = event.get("error") or {}
+    access.failed(event.get("status") or 400, error.get("code"), error.get("param"))
+    return access
+
+
+def gw_record(gw: Gateway, access: access_log.Access) -> None:
+    access_log.record(access, gw.settings.access_log)
+
+
+# The route of a frame the protocol refused before any response began.
+FRAME_ROUTE = "websocket.frame"
+UPGRADE_ROUTE = "/v1/responses"
 
 
 @router.websocket("/v1/responses")
 async def responses_socket(ws: WebSocket) -> None:
     gw: Gateway = ws.app.state.gateway
+    access = new_access(UPGRADE_ROUTE, "-")
+    access.method = "GET"
     try:
-        tenant = gw.keys.tenant_for(ws.headers)
+        tenant = access.tenant = gw.keys.tenant_for(ws.headers)
         pipeline = gw.pipeline_for(ws.headers, websocket=True)
         slot = await gw.admission.limiter.open_connection(tenant, gw.keys.limits(tenant))
         if slot is None:
             raise connection_refused()
     except ApiError as err:
         # Refuse the upgrade with a real HTTP status and the API's error body.
+        access.failed(err.status, err.code, err.param)
+        gw_record(gw, access)
         denial = JSONResponse(err.body(), status_code=err.status, headers=err.headers)
         await ws.send_denial_response(denial)
         return
+    access.status = 101
+    gw_record(gw, access)
     try:
         await serve_socket(ws, gw, tenant, pipeline)
     finally:

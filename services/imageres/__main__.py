@@ -16,7 +16,9 @@ def main() -> None:
     server_settings = GrpcServerSettings.for_service("imageres")
     settings = ImageresSettings()
     limits = Limits(
-        max_image_bytes=settings.max_image_bytes, max_image_pixels=settings.max_image_pixels
+        max_image_bytes=settings.max_image_bytes,
+        max_image_pixels=settings.max_image_pixels,
+        max_request_pixels=settings.max_request_pixels,
     )
     channels = WorkerChannels()
 

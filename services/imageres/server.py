@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import aclosing
 
 import grpc
 from turnpike.conversation.v1 import conversation_pb2
-from turnpike.image_resolution import Limits, Resolution, resolve_image
+from turnpike.image_budget import ImagesTooLarge, resolve_images
+from turnpike.image_resolution import Limits, Resolution
 from turnpike.imageres.v1 import imageres_pb2, imageres_pb2_grpc
 from turnpike.inference.v1 import inference_pb2
 
@@ -37,25 +37,19 @@ class ImageResolverServicer(imageres_pb2_grpc.ImageResolverServicer):
         self._channels = channels
 
     async def _resolve_all(self, images: Iterable[conversation_pb2.Image]) -> list[Resolution]:
-        # Decoding is CPU work in Pillow (which releases the GIL), so images of one request
-        # are decoded in parallel threads, off the event loop.
-        resolved = list(
-            await asyncio.gather(
-                *(
-                    asyncio.to_thread(
-                        resolve_image, image.url, image.file_id, image.detail, self._limits
-                    )
-                    for image in images
-                )
-            )
-        )
+        # Bounded together, then decoded one at a time (turnpike.image_budget): decoding
+        # them all at once took memory in proportion to the request's pixels.
+        resolved = await resolve_images(list(images), self._limits)
         metrics.count(resolved)
         return resolved
 
     async def Resolve(
         self, request: imageres_pb2.ResolveRequest, context: grpc.aio.ServicerContext
     ) -> imageres_pb2.ResolveResponse:
-        resolved = await self._resolve_all(request.images)
+        try:
+            resolved = await self._resolve_all(request.images)
+        except ImagesTooLarge as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return imageres_pb2.ResolveResponse(
             images=[resolution_to_pb(r) for r in resolved],
             total_tokens=sum(r.tokens for r in resolved),
@@ -74,7 +68,12 @@ class ImageResolverServicer(imageres_pb2_grpc.ImageResolverServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request is required")
         generate = request.request
         images = [image for item in generate.items for image in item.images]
-        resolved = await self._resolve_all(images)
+        try:
+            resolved = await self._resolve_all(images)
+        except ImagesTooLarge as exc:
+            # As the direct path refuses it (400 images_too_large), before any decoding.
+            yield error_event("images_too_large", str(exc), False)
+            return
         for index, res in enumerate(resolved):
             if res.error:
                 # The worker cannot use an image we could not read: fail the generation the

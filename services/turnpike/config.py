@@ -220,6 +220,15 @@ class Endpoints:
     imageres: str = field(default_factory=_address_of(IMAGERES))
 
 
+GRPC_MAX_MESSAGE_VARIABLE = "TURNPIKE_GRPC_MAX_MESSAGE_BYTES"
+
+
+def grpc_max_message_bytes() -> int:
+    """The largest gRPC message a service sends or receives, both ends of every channel
+    (``turnpike.grpc_client`` and ``turnpike.grpc_server``)."""
+    return env_int(GRPC_MAX_MESSAGE_VARIABLE, 64 * 1024 * 1024)
+
+
 @dataclass(frozen=True)
 class GrpcServerSettings:
     """Common to every backend service."""
@@ -232,9 +241,7 @@ class GrpcServerSettings:
     shutdown_grace_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_SHUTDOWN_GRACE_S", 5.0)
     )
-    max_message_bytes: int = field(
-        default_factory=lambda: env_int("TURNPIKE_GRPC_MAX_MESSAGE_BYTES", 64 * 1024 * 1024)
-    )
+    max_message_bytes: int = field(default_factory=grpc_max_message_bytes)
 
     @classmethod
     def for_service(cls, name: str) -> GrpcServerSettings:
@@ -260,6 +267,56 @@ class ImageresSettings:
     max_image_pixels: int = field(
         default_factory=lambda: env_int("TURNPIKE_IMAGERES_MAX_IMAGE_PIXELS", 8192 * 8192)
     )
+    # Pixels all the images one request resolves may declare together (a follow-up's
+    # history included where it is resolved again), summed from their headers and
+    # refused (400 images_too_large) before any is decoded: bounds a request's decoding
+    # time as the per-image limit bounds its memory. The default fits one largest image.
+    max_request_pixels: int = field(
+        default_factory=lambda: env_int("TURNPIKE_IMAGERES_MAX_REQUEST_PIXELS", 8192 * 8192)
+    )
+
+    def __post_init__(self) -> None:
+        if self.max_request_pixels < 1:
+            raise ConfigError.invalid(
+                "TURNPIKE_IMAGERES_MAX_REQUEST_PIXELS",
+                str(self.max_request_pixels),
+                "must be at least 1",
+            )
+
+
+@dataclass(frozen=True)
+class PdfSettings:
+    """The gateway's PDF text workers (gateway.pdf_pool): processes of their own, each
+    reading one PDF at a time under kernel limits, so a PDF built to be expensive costs
+    only its own request (README, "Input files")."""
+
+    # Worker processes per gateway process (PDFs read at once), and PDFs that may wait
+    # for one; one more is refused at once (503 server_overloaded).
+    workers: int = field(default_factory=lambda: env_int("TURNPIKE_PDF_WORKERS", 2))
+    queue: int = field(default_factory=lambda: env_int("TURNPIKE_PDF_QUEUE", 16))
+    # Per PDF: CPU seconds (RLIMIT_CPU) and wall-clock seconds (then the worker is
+    # killed and replaced); per worker: its address space (RLIMIT_AS). A 100-page text
+    # PDF takes about 0.3 s and 25 MiB resident (bench/results/pdf-extraction.md).
+    cpu_s: int = field(default_factory=lambda: env_int("TURNPIKE_PDF_CPU_S", 5))
+    timeout_s: float = field(default_factory=lambda: env_float("TURNPIKE_PDF_TIMEOUT_S", 10.0))
+    memory_mb: int = field(default_factory=lambda: env_int("TURNPIKE_PDF_MEMORY_MB", 256))
+    # Pages per PDF, and characters of text from all the PDFs of one request.
+    max_pages: int = field(default_factory=lambda: env_int("TURNPIKE_PDF_MAX_PAGES", 100))
+    max_chars: int = field(default_factory=lambda: env_int("TURNPIKE_PDF_MAX_CHARS", 200_000))
+
+    def __post_init__(self) -> None:
+        for variable, value in (
+            ("TURNPIKE_PDF_WORKERS", self.workers),
+            ("TURNPIKE_PDF_CPU_S", self.cpu_s),
+            ("TURNPIKE_PDF_TIMEOUT_S", self.timeout_s),
+            ("TURNPIKE_PDF_MEMORY_MB", self.memory_mb),
+            ("TURNPIKE_PDF_MAX_PAGES", self.max_pages),
+            ("TURNPIKE_PDF_MAX_CHARS", self.max_chars),
+        ):
+            if value <= 0:
+                raise ConfigError.invalid(variable, str(value), "must be above 0")
+        if self.queue < 0:
+            raise ConfigError.invalid("TURNPIKE_PDF_QUEUE", str(self.queue), "must be 0 or more")
 
 
 GATEWAY_PROCESSES_VARIABLE = "TURNPIKE_GATEWAY_PROCESSES"
@@ -309,6 +366,17 @@ class GatewaySettings:
     # the tokenizer's work per request to about a second at worst.
     max_input_chars: int = field(
         default_factory=lambda: env_int("TURNPIKE_MAX_INPUT_CHARS", 1024 * 1024)
+    )
+    # A conversation's bounds (gateway.conversation_bounds): its items, and their bytes as
+    # stored (compact JSON). Every turn sends the whole conversation to the backends; 8 MiB
+    # is what a stateless client may send in one body, far past any context window's text,
+    # and keeps a turn's gRPC messages well under TURNPIKE_GRPC_MAX_MESSAGE_BYTES. 10,000
+    # items is a long agent session's tool calls several times over.
+    max_conversation_items: int = field(
+        default_factory=lambda: env_int("TURNPIKE_MAX_CONVERSATION_ITEMS", 10_000)
+    )
+    max_conversation_bytes: int = field(
+        default_factory=lambda: env_int("TURNPIKE_MAX_CONVERSATION_BYTES", 8 * 1024 * 1024)
     )
     # Seconds a client has to send a request's head (request line and headers, also of
     # a WebSocket upgrade) once it connects or starts a request; past it the connection
@@ -382,6 +450,8 @@ class GatewaySettings:
     # shedding, gateway.shedding). 0 turns it off. The default comes from the capacity
     # measured by `make bench-overload` (README, "Fairness and overload").
     max_in_flight: int = field(default_factory=lambda: env_int("TURNPIKE_MAX_IN_FLIGHT", 64))
+    # One structured line per request and per WebSocket response.create (gateway.access_log).
+    access_log: bool = field(default_factory=lambda: env_bool("TURNPIKE_ACCESS_LOG", True))
     # Let requests pick a pipeline with X-Turnpike-Pipeline (benchmarks; not for production).
     allow_pipeline_override: bool = field(
         default_factory=lambda: env_bool("TURNPIKE_ALLOW_PIPELINE_OVERRIDE", False)
@@ -391,6 +461,7 @@ class GatewaySettings:
     server_key: str = field(default_factory=lambda: env_str(SERVER_KEY_VARIABLE, "").strip())
     endpoints: Endpoints = field(default_factory=Endpoints)
     images: ImageresSettings = field(default_factory=ImageresSettings)
+    pdf: PdfSettings = field(default_factory=PdfSettings)
 
     def __post_init__(self) -> None:
         if self.tenants_file:
@@ -414,6 +485,21 @@ class GatewaySettings:
         if self.max_input_chars < 1:
             raise ConfigError.invalid(
                 "TURNPIKE_MAX_INPUT_CHARS", str(self.max_input_chars), "must be at least 1"
+            )
+        if self.max_conversation_items < 1:
+            raise ConfigError.invalid(
+                "TURNPIKE_MAX_CONVERSATION_ITEMS",
+                str(self.max_conversation_items),
+                "must be at least 1",
+            )
+        # A turn's message holds the conversation, and the request's own instructions and
+        # tools beside it: the conversation may fill half the channel's limit at most.
+        grpc_max = grpc_max_message_bytes()
+        if not 1 <= self.max_conversation_bytes <= grpc_max // 2:
+            raise ConfigError.invalid(
+                "TURNPIKE_MAX_CONVERSATION_BYTES",
+                str(self.max_conversation_bytes),
+                f"must be from 1 to half of {GRPC_MAX_MESSAGE_VARIABLE} ({grpc_max // 2})",
             )
         if self.write_stall_s <= 0:
             raise ConfigError.invalid(

@@ -9,10 +9,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from turnpike import telemetry
+from turnpike.config import grpc_max_message_bytes
 
 _OPTIONS = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
     # Fail fast and reconnect quickly when a peer restarts.
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2000),
@@ -28,7 +27,13 @@ def insecure_channel(
     of its reconnect backoff: a health probe's channel must try again at least as often
     as a probe waits (``check_health``), or a peer that came up is reported down until
     the backoff ends."""
-    options = dict(_OPTIONS)
+    # The servers' limit too (TURNPIKE_GRPC_MAX_MESSAGE_BYTES): one setting, both ends.
+    limit = grpc_max_message_bytes()
+    options = {
+        "grpc.max_receive_message_length": limit,
+        "grpc.max_send_message_length": limit,
+        **dict(_OPTIONS),
+    }
     if max_reconnect_backoff_s is not None:
         ceiling_ms = max(1, int(max_reconnect_backoff_s * 1000))
         options["grpc.max_reconnect_backoff_ms"] = ceiling_ms

@@ -3,6 +3,10 @@
 Pure and synchronous (Pillow decoding is CPU work; the service runs it in a thread). Problems
 with one image are reported in that image's ``error``, never raised, so one bad image does
 not fail a whole request.
+
+Resolution is two steps, so that a request's images can be bounded together before any is
+decoded (``turnpike.image_budget``): ``probe_image`` reads the image's size from its header
+(cheap: no pixel is decoded), ``decode_probed`` decodes it to prove it is an image.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import io
 import math
 import re
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -58,6 +64,23 @@ class Resolution:
 class Limits:
     max_image_bytes: int = 20 * 1024 * 1024
     max_image_pixels: int = 8192 * 8192
+    # All the images one request resolves, together (``turnpike.image_budget``).
+    max_request_pixels: int = 8192 * 8192
+
+
+@dataclass(frozen=True)
+class Probe:
+    """An image whose header was read (``probe_image``), not yet decoded."""
+
+    data: bytes
+    mime_type: str
+    width: int
+    height: int
+    detail: str  # resolved: low | high
+
+    @property
+    def pixels(self) -> int:
+        return self.width * self.height
 
 
 # What went wrong with an image, in a word (``Resolution.error_kind``): few and fixed, so
@@ -139,29 +162,47 @@ def decode_data_url(url: str, max_bytes: int) -> bytes:
     return data
 
 
-def inspect_image(data: bytes, max_pixels: int) -> tuple[str, int, int]:
-    """Decode the image fully (the first frame) to prove it is one; return (mime, w, h)."""
+def read_header(data: bytes, max_pixels: int) -> tuple[str, int, int]:
+    """The image's (mime, width, height) from its header, checked against the format
+    and pixel limits; no pixel is decoded."""
+    with _pillow_errors(max_pixels), Image.open(io.BytesIO(data)) as img:
+        return _checked_header(img, max_pixels)
+
+
+def decode_image(data: bytes, max_pixels: int) -> None:
+    """Decode the image fully (the first frame) to prove it is one."""
+    with _pillow_errors(max_pixels), Image.open(io.BytesIO(data)) as img:
+        _, width, height = _checked_header(img, max_pixels)
+        if img.format == "JPEG":
+            # JPEG can decode at 1/8 scale: the whole stream is still parsed (so
+            # corruption and truncation are caught) at a fraction of the memory.
+            img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
+        img.load()
+
+
+def _checked_header(img: Image.Image, max_pixels: int) -> tuple[str, int, int]:
+    mime = SUPPORTED_FORMATS.get(img.format or "")
+    if mime is None:
+        raise ImageError(
+            f"unsupported image format {img.format}: expected png, jpeg, gif or webp",
+            UNSUPPORTED_FORMAT,
+        )
+    width, height = img.size
+    if width <= 0 or height <= 0:
+        raise ImageError("image has no pixels", CORRUPT)
+    if width * height > max_pixels:
+        raise ImageError(
+            f"image is too large ({width}x{height} pixels, limit {max_pixels} pixels)",
+            TOO_LARGE,
+        )
+    return mime, width, height
+
+
+@contextmanager
+def _pillow_errors(max_pixels: int) -> Iterator[None]:
+    """Pillow's exceptions as ``ImageError``s."""
     try:
-        with Image.open(io.BytesIO(data)) as img:
-            mime = SUPPORTED_FORMATS.get(img.format or "")
-            if mime is None:
-                raise ImageError(
-                    f"unsupported image format {img.format}: expected png, jpeg, gif or webp",
-                    UNSUPPORTED_FORMAT,
-                )
-            width, height = img.size
-            if width <= 0 or height <= 0:
-                raise ImageError("image has no pixels", CORRUPT)
-            if width * height > max_pixels:
-                raise ImageError(
-                    f"image is too large ({width}x{height} pixels, limit {max_pixels} pixels)",
-                    TOO_LARGE,
-                )
-            if img.format == "JPEG":
-                # JPEG can decode at 1/8 scale: the whole stream is still parsed (so
-                # corruption and truncation are caught) at a fraction of the memory.
-                img.draft(img.mode, (max(1, width // 8), max(1, height // 8)))
-            img.load()
+        yield
     except ImageError:
         raise
     except Image.DecompressionBombError:
@@ -172,18 +213,40 @@ def inspect_image(data: bytes, max_pixels: int) -> tuple[str, int, int]:
         # Pillow's decoders report corrupt or truncated data with many exception types
         # (OSError, SyntaxError, ValueError, struct.error...); all mean "not a valid image".
         raise ImageError(f"image data is corrupt: {exc}", CORRUPT) from None
-    return mime, width, height
 
 
 def resolve_image(url: str, file_id: str, detail: str, limits: Limits) -> Resolution:
     """Resolve one input image. Never raises for bad input: see ``Resolution.error``."""
+    probed = probe_image(url, file_id, detail, limits)
+    return probed if isinstance(probed, Resolution) else decode_probed(probed, limits)
+
+
+def probe_image(url: str, file_id: str, detail: str, limits: Limits) -> Probe | Resolution:
+    """The image's bytes, size and detail, from its header alone; or, when something is
+    wrong with it already, its ``Resolution`` with the error."""
     try:
-        return _resolve(url, file_id, detail, limits)
+        return _probe(url, file_id, detail, limits)
     except ImageError as exc:
         return Resolution(error=str(exc), error_kind=exc.kind)
 
 
-def _resolve(url: str, file_id: str, detail: str, limits: Limits) -> Resolution:
+def decode_probed(probe: Probe, limits: Limits) -> Resolution:
+    """Decode a probed image: its ``Resolution``, an error if it does not decode."""
+    try:
+        decode_image(probe.data, limits.max_image_pixels)
+    except ImageError as exc:
+        return Resolution(error=str(exc), error_kind=exc.kind)
+    return Resolution(
+        mime_type=probe.mime_type,
+        width=probe.width,
+        height=probe.height,
+        detail=probe.detail,
+        tokens=image_tokens(probe.width, probe.height, probe.detail),
+        sha256="sha256:" + hashlib.sha256(probe.data).hexdigest(),
+    )
+
+
+def _probe(url: str, file_id: str, detail: str, limits: Limits) -> Probe:
     if detail and detail not in DETAILS:
         raise ImageError(f"invalid detail {detail!r}: expected one of low, high, auto", INVALID)
     if not url:
@@ -199,13 +262,5 @@ def _resolve(url: str, file_id: str, detail: str, limits: Limits) -> Resolution:
     if scheme != "data":
         raise ImageError("image url must be a data: URL", UNSUPPORTED_SOURCE)
     data = decode_data_url(url, limits.max_image_bytes)
-    mime, width, height = inspect_image(data, limits.max_image_pixels)
-    used = resolve_detail(detail, width, height)
-    return Resolution(
-        mime_type=mime,
-        width=width,
-        height=height,
-        detail=used,
-        tokens=image_tokens(width, height, used),
-        sha256="sha256:" + hashlib.sha256(data).hexdigest(),
-    )
+    mime, width, height = read_header(data, limits.max_image_pixels)
+    return Probe(data, mime, width, height, resolve_detail(detail, width, height))

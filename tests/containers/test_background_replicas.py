@@ -1,11 +1,17 @@
 """Background responses across two gateway replicas sharing a real Redis, through the
 official SDK: a stream started on one is resumed on the other, and a response generated
-by one is cancelled through the other."""
+by one is cancelled (or deleted) through the other."""
 
 from __future__ import annotations
 
+import time
+import uuid
+
+import httpx
 import openai
 import pytest
+from gateway.store import StoredResponse
+from gateway.store_redis import RedisResponseStore
 from openai import OpenAI
 from support.background import start_long_response, stream_then_drop
 
@@ -42,3 +48,48 @@ def test_a_response_generated_on_one_replica_is_cancelled_through_the_other(two_
     assert cancelled.status == "cancelled"
     assert 0 < cancelled.usage.output_tokens < 2000
     assert a.responses.retrieve(created.id).status == "cancelled"
+
+
+def test_a_response_running_on_one_replica_and_deleted_through_the_other_stays_deleted(
+    two_replicas,
+):
+    """Replica b deletes it; replica a, which runs it, stops it and does not store it
+    again when it ends (the store's tombstone, and the cancel channel)."""
+    a, b = clients(two_replicas)
+    created, _ = start_long_response(a, b)
+    assert b.responses.delete(created.id) is None
+    for client in (a, b):
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(created.id)
+    # a stops it (cancelled through the channel) and its last write is refused.
+    deadline = time.monotonic() + 15
+    while a_is_running(two_replicas[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not a_is_running(two_replicas[0])
+    for client in (a, b):
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(created.id)
+
+
+def a_is_running(base: str) -> bool:
+    """Whether the replica at ``base`` still holds an admission slot."""
+    ready = httpx.get(base.removesuffix("/v1") + "/readyz", timeout=10).json()
+    return ready["admission"]["in_flight"] > 0
+
+
+async def test_a_put_after_a_delete_does_not_bring_the_response_back(redis_url):
+    store = RedisResponseStore(redis_url, 60, prefix=f"turnpike-test:{uuid.uuid4().hex}")
+    try:
+        record = StoredResponse("alice", {"id": "resp_1", "status": "in_progress", "output": []})
+        await store.put(record)
+        assert await store.delete("alice", "resp_1") is True
+        record.response["status"] = "completed"
+        await store.put(record)  # the replica that ran it, finishing
+        assert await store.get("alice", "resp_1") is None
+        assert await store.delete("alice", "resp_1") is False
+        # Never stored, so nothing to tombstone: a later put of that id is kept.
+        await store.put(StoredResponse("alice", {"id": "resp_2", "output": []}))
+        assert await store.delete("bob", "resp_2") is False
+        assert await store.get("alice", "resp_2") is not None
+    finally:
+        await store.close()

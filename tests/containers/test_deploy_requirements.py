@@ -40,7 +40,7 @@ ROOTS = {
         "pyyaml",
         "jsonschema",
         "cryptography",
-        "pypdf",
+        "pypdfium2",
     ],
     "safety": ["alt-profanity-check"],
     "tokenizer": ["openai-harmony", "bpe-openai"],

@@ -42,6 +42,7 @@ def _family(metric: Any) -> str:
 
 
 RESPONSES = _family(metrics.RESPONSES) + "_total"
+REQUESTS = _family(metrics.REQUESTS) + "_total"
 TOKENS = _family(metrics.TOKENS) + "_total"
 TTFT = _family(metrics.TIME_TO_FIRST_TOKEN)
 OVERHEAD = _family(metrics.API_OVERHEAD)
@@ -109,6 +110,8 @@ class Snapshot:
     caches: dict[tuple[str, str], float] = field(default_factory=dict)  # (cache, result)
     websocket_connections: float = 0.0
     active_responses: float = 0.0
+    # Requests answered with an error (status 400 and up), by (status, code).
+    refusals: dict[tuple[str, str], float] = field(default_factory=dict)
 
     @property
     def turns(self) -> float:
@@ -141,6 +144,10 @@ def take_snapshot(families: Iterable[Metric], t: float) -> Snapshot:
                 snap.websocket_connections += value
             elif name == ACTIVE:
                 snap.active_responses += value
+            elif name == REQUESTS:
+                if int(labels["status"]) >= 400:
+                    key = (labels["status"], labels["code"])
+                    snap.refusals[key] = snap.refusals.get(key, 0.0) + value
             else:
                 base, _, suffix = name.rpartition("_")
                 if base not in histograms:
@@ -225,6 +232,7 @@ class Sampler:
                 dict.fromkeys(name for stages in (stage_order or {}).values() for name, _ in stages)
             ),
             "caches": self._caches(last),
+            "refusals": self._refusals(last),
         }
 
     def _now(self, last: Snapshot) -> dict[str, Any]:
@@ -239,6 +247,8 @@ class Sampler:
         return {
             "turns_total": round(last.turns),
             "errors_total": round(sum(last.responses.get(o, 0.0) for o in errors)),
+            "refusals_total": round(sum(last.refusals.values())),
+            "refusals_per_s": per_second(lambda s: sum(s.refusals.values())),
             "turns_per_s": per_second(lambda s: s.turns),
             "output_tokens_per_s": per_second(lambda s: s.output_tokens),
             "websocket_connections": round(last.websocket_connections),
@@ -260,6 +270,23 @@ class Sampler:
                 pipelines.setdefault(pipeline, {})[stage] = window
         names = [p for p in order if p in pipelines] + sorted(set(pipelines) - set(order))
         return [_pipeline_view(p, pipelines[p], dict(order.get(p, ()))) for p in names]
+
+    def _refusals(self, last: Snapshot) -> list[dict[str, Any]]:
+        """Requests answered with an error, by status and code: over the most recent
+        minute and since the start, the most frequent this minute first."""
+        earlier = self._recent()
+        shown = [
+            {
+                "status": int(status),
+                "code": code or None,
+                "recent": round(
+                    _delta(total, earlier.refusals.get((status, code), 0.0)) if earlier else 0
+                ),
+                "total": round(total),
+            }
+            for (status, code), total in last.refusals.items()
+        ]
+        return sorted(shown, key=lambda r: (-r["recent"], -r["total"], r["status"]))
 
     def _caches(self, last: Snapshot) -> list[dict[str, Any]]:
         """Hit ratio per cache: over the most recent minute, and since the start."""

@@ -22,6 +22,7 @@ from gateway.backends import Backends
 from gateway.conversation_store import ConversationStore, InMemoryConversationStore
 from gateway.errors import ApiError
 from gateway.model_cache import ModelConfigCache
+from gateway.pdf_pool import PdfPool
 from gateway.prepared import Prepared
 from gateway.sealing import Sealer
 from gateway.store import ResponseStore
@@ -43,6 +44,8 @@ class Resources:
     )
     # Seals and opens compaction items (the server key).
     sealer: Sealer = field(default_factory=Sealer.ephemeral)
+    # Reads the text of input PDFs, in worker processes (started on the first PDF).
+    pdf: PdfPool = field(default_factory=PdfPool)
 
 
 class Stage:

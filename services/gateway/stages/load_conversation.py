@@ -1,11 +1,14 @@
 """``load_conversation``: the response a follow-up names (``previous_response_id``), or
-the stored conversation it continues (``conversation``)."""
+the stored conversation it continues (``conversation``); either with the request's input
+within the conversation bounds (``gateway.conversation_bounds``), checked here, before any
+backend sees the conversation."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from gateway.conversation_bounds import check_turn
 from gateway.conversation_state import ConversationState
 from gateway.conversation_store import ConversationStore
 from gateway.errors import echo, invalid, not_found
@@ -30,6 +33,20 @@ class LoadConversation(Stage):
         return bool(p.request.previous_response_id or p.request.conversation)
 
     async def run(self, p: Prepared, res: Resources) -> Parent:
+        parent = await self._load(p, res)
+        request, state = p.request, parent.state
+        param = "conversation" if request.conversation else "previous_response_id"
+        name = request.conversation or request.previous_response_id or ""
+        # The bounds of stored conversations hold for a chain of responses too.
+        bounds = res.conversations.bounds
+        size = check_turn(
+            bounds, state.history, state.history_bytes, request.input_items, param, name
+        )
+        if state.history_bytes is None:  # measured once: the next state adds to it
+            parent = replace(parent, state=replace(state, history_bytes=size))
+        return parent
+
+    async def _load(self, p: Prepared, res: Resources) -> Parent:
         if p.request.conversation:
             return Parent(
                 await load_stored_conversation(

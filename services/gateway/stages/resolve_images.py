@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from turnpike.conversation.v1 import conversation_pb2
-from turnpike.image_resolution import Limits, resolve_image
+from turnpike.image_budget import ImagesTooLarge, check_budget, decode, probe_images
+from turnpike.image_resolution import Limits, Probe, Resolution
 
-from gateway.errors import invalid
+from gateway.errors import ApiError, invalid
 from gateway.prepared import Prepared
 from gateway.stages.base import Resources, Stage
 
@@ -33,15 +34,30 @@ class ResolveImages(Stage):
 
 
 async def image_tokens(items: list[conversation_pb2.Item], limits: Limits) -> int:
-    """The prompt tokens of the items' input images, each resolved (decoded, sized)
-    off the event loop."""
+    """The prompt tokens of the items' input images, off the event loop: all probed from
+    their headers and bounded together (``turnpike.image_budget``), then decoded one at
+    a time. The first image in error, or a request over the budget, is a 400."""
     images = [image for item in items for image in item.images]
     if not images:
         return 0
-    resolved = await asyncio.gather(
-        *(asyncio.to_thread(resolve_image, i.url, i.file_id, i.detail, limits) for i in images)
-    )
-    for index, result in enumerate(resolved):
-        if result.error:
-            raise invalid(f"Invalid input image {index}: {result.error}.", "input", "invalid_image")
-    return sum(r.tokens for r in resolved)
+    probed = await asyncio.to_thread(probe_images, images, limits)
+    # Errors the headers show first: they cost nothing more to find.
+    for index, result in enumerate(probed):
+        if isinstance(result, Resolution):
+            raise _invalid_image(index, result)
+    try:
+        check_budget(probed, limits)
+    except ImagesTooLarge as exc:
+        raise invalid(str(exc), "input", "images_too_large") from None
+    tokens = 0
+    for index, probe in enumerate(probed):
+        assert isinstance(probe, Probe)
+        resolved = await decode(probe, limits)
+        if resolved.error:
+            raise _invalid_image(index, resolved)
+        tokens += resolved.tokens
+    return tokens
+
+
+def _invalid_image(index: int, result: Resolution) -> ApiError:
+    return invalid(f"Invalid input image {index}: {result.error}.", "input", "invalid_image")
