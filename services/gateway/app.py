@@ -136,14 +136,17 @@ class EdgeMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            self._record(scope, access)
+            self.record(scope, access)
 
-    def _record(self, scope, access: access_log.Access) -> None:
+    def record(self, scope, access: access_log.Access) -> None:
+        """Count the request and write its line (what routing and the handlers left in
+        ``scope``: the route, the error)."""
         if (route := scope.get("route")) is not None:
             access.route = route.path
         if (error := scope.get(ERROR_SCOPE_KEY)) is not None:
             access.code, access.param = error
-        access.tenant = tenant_of(scope)
+        if self.log_lines:  # only the line names the tenant
+            access.tenant = tenant_of(scope)
         access_log.record(access, self.log_lines)
 
 
