@@ -62,6 +62,18 @@ OWN_SCHEMAS: dict[str, Schema] = {
             }
         },
     },
+    # OpenAI's (and the SDK's) input item the spec lacks: the final input item of a create,
+    # answered by exactly one compaction item (gateway.compaction).
+    "CompactionTriggerItemParam": {
+        "type": "object",
+        "required": ["type"],
+        "description": "Compacts the current context: the response's only output is one "
+        "compaction item, and nothing is generated. Must be the final input item.",
+        "properties": {
+            "type": {"type": "string", "enum": ["compaction_trigger"]},
+            "id": nullable({"type": "string"}),
+        },
+    },
     "DeletedResponse": {
         "type": "object",
         "required": ["id", "object", "deleted"],
@@ -248,10 +260,20 @@ def add_discriminator_mappings(node: Any, schemas: dict[str, Schema]) -> None:
         add_discriminator_mappings(value, schemas)
 
 
+def accept_compaction_trigger(body: Schema) -> None:
+    """A create's ``input`` array also takes a ``compaction_trigger`` item (a conversation's
+    items do not: ``ItemParam`` itself stays the spec's)."""
+    for variant in body["properties"]["input"]["anyOf"]:
+        for form in variant.get("oneOf", []):
+            if form.get("type") == "array":
+                form["items"] = {"anyOf": [form["items"], ref("CompactionTriggerItemParam")]}
+
+
 def build(spec: dict[str, Any]) -> dict[str, Any]:
     """The gateway's document: ``spec``'s components and two paths, and the rest by hand."""
     spec = copy.deepcopy(spec)
     add_discriminator_mappings(spec, spec["components"]["schemas"])
+    accept_compaction_trigger(spec["components"]["schemas"]["CreateResponseBody"])
     paths = spec["paths"]
     create = copy.deepcopy(paths["/responses"]["post"])
     create["requestBody"] = json_body(ref("CreateResponseBody"))  # JSON only, as served

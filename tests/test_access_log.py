@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.access_log import access_lines
 from support.gateway_process import start_gateway, stop
 from support.procs import free_port
 from websockets.exceptions import InvalidStatus
@@ -41,15 +42,6 @@ def gateway(stack, tmp_path_factory):
     proc, base, log, metrics_url = start(stack, tmp_path_factory.mktemp("access"))
     yield base, log, metrics_url
     stop(proc)
-
-
-def access_lines(log) -> list[dict]:
-    lines = []
-    for line in log.read_text().splitlines():
-        _, marker, payload = line.partition(" turnpike.access: ")
-        if marker:
-            lines.append(json.loads(payload))
-    return lines
 
 
 def wait_for_line(log, **fields) -> dict:

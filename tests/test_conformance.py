@@ -24,7 +24,7 @@ Upstream: openresponses/openresponses, ``src/lib/compliance-tests.ts`` (the CLI'
   ``test_websocket_*`` tests of the same names.
 - Not mirrored: ``response-output-phase-schema`` (a local fixture checked against the
   schema, no request is sent), and the optional ``file-search`` / ``offline-web-search``
-  (hosted tools Turnpike does not serve: a 400 ``unsupported_tool_type``).
+  (hosted tools Turnpike does not run: accepted, echoed, never offered to the model).
 
 Where Turnpike deliberately differs from the spec, the test says so and checks what
 Turnpike does:
@@ -35,9 +35,6 @@ Turnpike does:
 - ``text.format`` of type ``json_schema`` is echoed with its ``schema``, as OpenAI does;
   the spec's ``JsonSchemaResponseFormat.schema`` only allows null
   (``test_json_schema_format_is_echoed_with_its_schema``).
-- ``/responses/compact`` keeps the last two turns as they are (a deterministic policy: the
-  simulator cannot summarize), so upstream's one-turn conversation comes back without a
-  ``compaction`` item; a longer one gets one.
 - ``phase`` on an assistant input message is accepted and not kept.
 """
 
@@ -284,9 +281,9 @@ def test_compact_response(stack):
     assert reply.status_code == 200, reply.text
     compacted = reply.json()
     validate_compacted_response(compacted)
-    assert compacted["object"] == "response.compaction" and compacted["output"]
-    # Deviation: one turn is within the last two kept as they are; no compaction item.
-    assert [item["type"] for item in compacted["output"]] == ["message", "message"]
+    assert compacted["object"] == "response.compaction"
+    # Exactly one compaction item, sealing the whole history, however short.
+    assert [item["type"] for item in compacted["output"]] == ["compaction"]
     longer = [
         *LAUNCH,
         message("user", "Who writes the release notes?"),
@@ -295,7 +292,7 @@ def test_compact_response(stack):
     ]
     reply = post(stack, "/responses/compact", {**body, "input": longer})
     validate_compacted_response(reply.json())
-    assert reply.json()["output"][0]["type"] == "compaction"
+    assert [item["type"] for item in reply.json()["output"]] == ["compaction"]
 
 
 def test_compact_missing_model(stack):

@@ -1,6 +1,7 @@
 """The server-key AEAD (gateway.sealing) and the compaction policy on its own: a blob
 opens only for the tenant and purpose it was sealed for, unchanged; the compacted list
-keeps the last two turns and expands back to exactly the history."""
+is one compaction item that expands back to exactly the history; a compaction_trigger
+is taken only as the final input item."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import base64
 import pytest
 from gateway import compaction
 from gateway.errors import ApiError
+from gateway.items import normalize_input
 from gateway.sealing import Sealer, SealError
 from turnpike.config import ConfigError, GatewaySettings
 
@@ -57,7 +59,7 @@ def _msg(role: str, text: str) -> dict:
     return {"id": f"msg_{text}", "type": "message", "role": role, "content": text}
 
 
-def test_compaction_keeps_the_last_two_turns_and_expands_exactly():
+def test_compaction_is_one_item_and_expands_exactly():
     sealer = Sealer.from_setting(KEY)
     items = [
         _msg("developer", "rules"),
@@ -69,11 +71,12 @@ def test_compaction_keeps_the_last_two_turns_and_expands_exactly():
         _msg("assistant", "a3"),
     ]
     compacted = compaction.compact(sealer, "alice", items)
-    assert compacted[0]["type"] == "compaction"
-    assert compacted[1:] == items[3:]
+    assert [item["type"] for item in compacted] == ["compaction"]
     assert compaction.expand(sealer, "alice", compacted) == items
-    # Two turns or fewer: nothing to compact.
-    assert compaction.compact(sealer, "alice", items[3:]) == items[3:]
+    # However short the history: still exactly one compaction item.
+    for short in (items[5:], []):
+        [one] = compaction.compact(sealer, "alice", short)
+        assert compaction.expand(sealer, "alice", [one]) == short
     with pytest.raises(ApiError) as err:
         compaction.expand(sealer, "bob", [_msg("user", "hi"), *compacted])
     assert err.value.status == 400
@@ -91,3 +94,22 @@ def test_a_compaction_item_replaces_the_items_before_it():
     with pytest.raises(ApiError) as err:
         compaction.expand(sealer, "alice", [forged, *compacted])
     assert err.value.param == "input[0].encrypted_content"
+
+
+def test_a_compaction_trigger_is_taken_as_the_final_input_item_only():
+    trigger = {"type": "compaction_trigger", "id": "ct_1"}
+    items = normalize_input([{"role": "user", "content": "hi"}, trigger], triggers=True)
+    kept, now = compaction.take_trigger(items)
+    assert now and kept == items[:1]
+    assert compaction.take_trigger(kept) == (kept, False)
+    with pytest.raises(ApiError) as err:
+        compaction.take_trigger(normalize_input([trigger, *kept], triggers=True))
+    assert (err.value.status, err.value.param, err.value.code) == (
+        400,
+        "input[0].type",
+        "invalid_value",
+    )
+    # Elsewhere (a conversation's items) it is an unsupported item type.
+    with pytest.raises(ApiError) as err:
+        normalize_input([trigger], "items")
+    assert (err.value.param, err.value.code) == ("items[0].type", "unsupported_item_type")

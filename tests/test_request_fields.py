@@ -103,6 +103,15 @@ def test_metadata_limits_name_the_parameter() -> None:
     assert parse(metadata={f"k{i}": "v" * 512 for i in range(16)}).metadata["k0"] == "v" * 512
 
 
+def test_client_metadata_is_kept_and_checked() -> None:
+    """Codex's ``client_metadata`` (not in the public schema) is accepted and kept."""
+    meta = {"ws_request_header_traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    assert parse(client_metadata=meta).client_metadata == meta
+    assert parse().client_metadata == {}
+    for bad in ("x", ["x"], {"k": 1}, {f"k{i}": "v" for i in range(65)}):
+        assert refused(client_metadata=bad).param == "client_metadata"
+
+
 def test_allowed_tools_restrict_what_the_worker_may_call() -> None:
     choice = {
         "type": "allowed_tools",

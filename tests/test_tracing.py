@@ -500,3 +500,60 @@ def test_a_prepared_response_span_stays_open_until_the_response_finishes(
     assert finished.parent.span_id == http_span.get_span_context().span_id
     assert finished.status.status_code == StatusCode.ERROR
     assert finished.attributes["turnpike.response.status"] == "failed"
+
+
+CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
+CLIENT_SPAN = "b7ad6b7169203331"
+DONE = {"id": "resp_1", "model": "turnpike-sim", "status": "completed"}
+
+
+def test_a_websocket_response_joins_the_trace_its_client_metadata_names(
+    local_tracer, exporter, monkeypatch
+) -> None:
+    """Codex sends the turn's W3C trace context inside ``client_metadata`` (a socket
+    message has no headers): the response's span is a child of the client's span."""
+    monkeypatch.setattr(tracing, "tracer", local_tracer)
+    ctx = RequestContext(tenant="dev", pipeline="connection", transport="websocket")
+    meta = {
+        "ws_request_header_traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01",
+        "ws_request_header_tracestate": "codex=1",
+    }
+    with tracing.response_span(ctx, "turnpike-sim", meta):
+        pass
+    tracing.end_response_span(ctx.span, DONE)
+    [span] = exporter.get_finished_spans()
+    assert span.kind == SpanKind.SERVER
+    assert span.context.trace_id == int(CLIENT_TRACE, 16)
+    assert span.parent is not None and span.parent.span_id == int(CLIENT_SPAN, 16)
+    assert span.parent.is_remote
+    assert span.context.trace_state.get("codex") == "1"
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [{}, {"ws_request_header_traceparent": "not-a-traceparent"}, {"other": "x"}],
+)
+def test_without_a_valid_client_traceparent_a_websocket_response_is_a_root(
+    local_tracer, exporter, monkeypatch, meta
+) -> None:
+    monkeypatch.setattr(tracing, "tracer", local_tracer)
+    ctx = RequestContext(tenant="dev", pipeline="connection", transport="websocket")
+    with tracing.response_span(ctx, "turnpike-sim", meta):
+        pass
+    tracing.end_response_span(ctx.span, DONE)
+    [span] = exporter.get_finished_spans()
+    assert span.parent is None and span.kind == SpanKind.SERVER
+
+
+def test_over_http_the_request_span_stays_the_parent(local_tracer, exporter, monkeypatch) -> None:
+    """Over HTTP the request's own traceparent header parents the request span; the
+    response span stays its child whatever ``client_metadata`` says."""
+    monkeypatch.setattr(tracing, "tracer", local_tracer)
+    ctx = RequestContext(tenant="dev", pipeline="sprint")
+    meta = {"ws_request_header_traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
+    with local_tracer.start_as_current_span("POST /v1/responses") as http_span:
+        with tracing.response_span(ctx, "turnpike-sim", meta):
+            pass
+    tracing.end_response_span(ctx.span, DONE)
+    finished = exporter.get_finished_spans()[-1]
+    assert finished.parent.span_id == http_span.get_span_context().span_id

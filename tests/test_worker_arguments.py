@@ -202,9 +202,12 @@ def validator(schema: dict):
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 @pytest.mark.parametrize("text", TEXTS)
 @pytest.mark.parametrize("seed", [0, 1, 42])
-def test_arguments_are_valid_for_schema(name: str, text: str, seed: int) -> None:
+@pytest.mark.parametrize("all_properties", [False, True])
+def test_arguments_are_valid_for_schema(
+    name: str, text: str, seed: int, all_properties: bool
+) -> None:
     schema = SCHEMAS[name]
-    value = generate_arguments(schema, text, random.Random(seed))
+    value = generate_arguments(schema, text, random.Random(seed), all_properties=all_properties)
     errors = sorted(validator(schema).iter_errors(value), key=str)
     assert not errors, f"{value!r}: {errors[0].message}"
 
@@ -226,13 +229,14 @@ def test_values_come_from_the_user_text() -> None:
     assert fallback["city"] == "Paris"  # a plausible city when the text names none
     assert fallback["unit"] == "celsius"
     assert fallback["days"] == 3  # a typical value for a property named "days"
-    tools = generate_arguments(SCHEMAS["strings"], TEXTS[3], random.Random(0))
+    # Optional properties: every one when asked for all (structured outputs).
+    tools = generate_arguments(SCHEMAS["strings"], TEXTS[3], random.Random(0), all_properties=True)
     assert tools["command"] == "ls -la /tmp"
     assert tools["email"] == "someone@example.org"
     assert tools["website"] == "https://example.net/x"
     assert tools["path"] == "/tmp"
     query = generate_arguments(
-        {"type": "object", "properties": {"query": {"type": "string"}}},
+        {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
         "  find  cheap flights ",
         random.Random(0),
     )
@@ -290,3 +294,98 @@ def test_word_helpers() -> None:
         "Paris",
         "worry",
     ]
+
+
+OPTIONAL = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string"},
+        "workdir": {"type": "string"},
+        "timeout_ms": {"type": "number"},
+        "max_results": {"type": "integer", "minimum": 1, "maximum": 50},
+        "days": {"type": "integer"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        "verbose": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "ratio": {"type": "number"},
+        "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
+
+def test_only_required_properties_when_the_request_names_no_other() -> None:
+    value = generate_arguments(OPTIONAL, "find cheap flights to Lisbon", random.Random(0))
+    assert value == {"query": "find cheap flights to Lisbon"}
+    # The same schema as a structured output: every property.
+    full = generate_arguments(
+        OPTIONAL, "find cheap flights to Lisbon", random.Random(0), all_properties=True
+    )
+    assert set(full) == set(OPTIONAL["properties"])
+
+
+def test_an_optional_property_is_filled_when_the_request_gives_its_value() -> None:
+    text = (
+        "search with workdir /srv/app, timeout_ms=2500, max results: 7, for 3 days in"
+        " fahrenheit, verbose, tags please, ratio 0.25 and zip 75001"
+    )
+    value = generate_arguments(OPTIONAL, text, random.Random(0))
+    assert value["workdir"] == "/srv/app"
+    assert value["timeout_ms"] == 2500 and isinstance(value["timeout_ms"], int)
+    assert value["max_results"] == 7
+    assert value["days"] == 3  # the number before the name
+    assert value["unit"] == "fahrenheit"  # an enum value mentioned, its name not needed
+    assert value["verbose"] is True  # a boolean's name alone
+    assert isinstance(value["tags"], list)  # an array named: built
+    assert value["ratio"] == 0.25  # the request gives a fraction
+    assert value["zip"] == "75001"
+    assert not list(validator(OPTIONAL).iter_errors(value))
+
+
+def test_a_named_optional_property_whose_value_does_not_fit_stays_out() -> None:
+    text = "search, max_results 500, zip code unknown, no verbose, workdir is the, days"
+    value = generate_arguments(OPTIONAL, text, random.Random(0))
+    assert "max_results" not in value  # out of bounds
+    assert "zip" not in value  # fails the pattern
+    assert value["verbose"] is False  # "no verbose"
+    assert "workdir" not in value  # only a stopword follows
+    assert "days" not in value  # named, no number
+
+
+def test_numbers_are_whole_unless_something_says_otherwise() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "wait": {"type": "number"},
+            "half": {"type": "number", "multipleOf": 0.5, "minimum": 1.2, "maximum": 1.8},
+            "inside": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "bounded": {"type": "number", "minimum": 2.5},
+        },
+        "required": ["wait", "half", "inside", "bounded"],
+    }
+    value = generate_arguments(schema, "no numbers here", random.Random(0))
+    assert value["wait"] == 1 and isinstance(value["wait"], int)
+    assert value["half"] == 1.5  # the only multiple in range
+    assert 0 < value["inside"] < 1  # no integer fits
+    assert value["bounded"] == 3 and isinstance(value["bounded"], int)
+    given = generate_arguments(schema, "wait 1.5 seconds", random.Random(0))
+    assert given["wait"] == 1.5  # the request's own fraction
+    assert not list(validator(schema).iter_errors(given))
+
+
+def test_a_description_that_lists_values_is_an_enum() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "status": {"type": "string", "description": "One of: pending, in_progress, completed"},
+            "mode": {"type": "string", "description": "one of `fast` or `slow`"},
+        },
+        "required": ["status", "mode"],
+    }
+    value = generate_arguments(schema, "mark it completed, go slow", random.Random(0))
+    assert value == {"status": "completed", "mode": "slow"}
+    assert generate_arguments(schema, "x", random.Random(0)) == {
+        "status": "pending",
+        "mode": "fast",
+    }

@@ -1,18 +1,23 @@
-"""Compaction (``POST /v1/responses/compact``, and ``compaction`` input items).
+"""Compaction (``POST /v1/responses/compact``, ``compaction_trigger`` input items, and
+``compaction`` input items).
 
-The simulator cannot summarize, so the policy is deterministic: the items from the
-second-to-last user message on (the last two turns) stay as they are; every item
-before them is sealed, whole and in order, into one ``compaction`` item that comes
-first. Its ``encrypted_content`` (see ``gateway.sealing``) holds the replaced items and
-a digest of them (how many, of which types, their hash). Instructions are a request
-parameter, not an item: the client sends them again.
+The simulator cannot summarize, so the policy is deterministic: the whole history is
+sealed, whole and in order, into exactly one ``compaction`` item (clients such as the
+Codex CLI and the Open Responses compliance suite expect exactly one). Its
+``encrypted_content`` (see ``gateway.sealing``) holds the replaced items and a digest of
+them (how many, of which types, their hash). Instructions are a request parameter, not
+an item: the client sends them again.
 
-With ``context_management`` on create, past the threshold, the whole conversation so far
-is sealed into one compaction item, first in the response's output. A ``compaction`` item
-in a create request's input is opened with the tenant's key and replaces the items before
-it (what it holds, sent back or not) by the items it holds before anything else sees the input, so the
-model renders exactly the history that was compacted (and the render caches, which
-key by content, see the same items).
+A ``compaction_trigger`` item, the final input item of a create, asks for that item
+instead of a generation: the response's only output is the compaction item; its usage
+counts the compacted conversation as input tokens and no output tokens (nothing is
+generated). With ``context_management`` on create, past the threshold, the whole
+conversation so far is sealed into one compaction item, first in the response's output.
+
+A ``compaction`` item in a create request's input is opened with the tenant's key and
+replaces the items before it (what it holds, sent back or not) by the items it holds
+before anything else sees the input, so the model renders exactly the history that was
+compacted (and the render caches, which key by content, see the same items).
 """
 
 from __future__ import annotations
@@ -30,17 +35,23 @@ from gateway.json_codec import dump_bytes
 from gateway.sealing import Sealer, SealError
 
 PURPOSE = "compaction"
-KEEP_TURNS = 2  # user messages kept, with everything after the first of them
+TRIGGER = "compaction_trigger"
 
 
-def split(items: list[Item], keep_turns: int = KEEP_TURNS) -> tuple[list[Item], list[Item]]:
-    """(the items to seal, the items kept): the kept ones start at the
-    ``keep_turns``-th user message from the end."""
-    users = [i for i, item in enumerate(items) if _is_user(item)]
-    if len(users) <= keep_turns:
-        return [], list(items)
-    cut = users[-keep_turns]
-    return list(items[:cut]), list(items[cut:])
+def take_trigger(items: list[Item], param: str = "input") -> tuple[list[Item], bool]:
+    """(``items`` without their final ``compaction_trigger``, whether there was one). A
+    trigger anywhere else is the client's 400: it must be the final input item."""
+    for i, item in enumerate(items[:-1]):
+        if item["type"] == TRIGGER:
+            raise invalid(
+                f"Invalid '{param}[{i}]': a 'compaction_trigger' item must be the final "
+                "input item.",
+                f"{param}[{i}].type",
+                "invalid_value",
+            )
+    if items and items[-1]["type"] == TRIGGER:
+        return items[:-1], True
+    return items, False
 
 
 def _is_user(item: Item) -> bool:
@@ -70,12 +81,8 @@ def seal_items(sealer: Sealer, tenant: str, items: list[Item]) -> Item:
 
 
 def compact(sealer: Sealer, tenant: str, items: list[Item]) -> list[Item]:
-    """The compacted list: one compaction item for the older items, then the kept ones
-    (the list unchanged when there is nothing old enough to seal)."""
-    old, kept = split(items)
-    if not old:
-        return kept
-    return [seal_items(sealer, tenant, old), *kept]
+    """The compacted list: exactly one compaction item holding all of ``items``."""
+    return [seal_items(sealer, tenant, items)]
 
 
 def expand(sealer: Sealer, tenant: str, items: list[Item], param: str = "input") -> list[Item]:

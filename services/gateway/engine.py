@@ -219,7 +219,11 @@ class ResponseEngine:
             queue.emit(events.in_progress())
             for event in self._compact_if_over(prepared, events):
                 queue.emit(event)
-            if not prepared.request.generate:
+            if prepared.request.compact_now:  # the compaction item is the whole answer
+                assert prepared.prompt is not None
+                compacted = len(prepared.prompt.tokens) + (prepared.image_tokens or 0)
+                terminal = [events.completed(usage(compacted, 0, 0))]
+            elif not prepared.request.generate:
                 terminal = [events.completed(usage(0, 0, 0))]
             else:
                 generate = self._generate(prepared, generation, events, queue)
@@ -253,9 +257,13 @@ class ResponseEngine:
         so far (history and input) sealed into one compaction item, first in the output.
         A client sends it, and the output after it, instead of the history."""
         threshold = prepared.request.compact_threshold
-        if threshold is None or prepared.prompt is None or prepared.conversation is None:
+        if prepared.prompt is None or prepared.conversation is None:
             return []
-        if len(prepared.prompt.tokens) + (prepared.image_tokens or 0) <= threshold:
+        # A compaction_trigger item compacts whatever the size (gateway.compaction).
+        if not prepared.request.compact_now and (
+            threshold is None
+            or len(prepared.prompt.tokens) + (prepared.image_tokens or 0) <= threshold
+        ):
             return []
         items = [*prepared.conversation.history, *prepared.request.input_items]
         item = compaction.seal_items(self.res.sealer, prepared.ctx.tenant, items)
@@ -312,8 +320,9 @@ class ResponseEngine:
                     kind = event.WhichOneof("event")
                     if kind == "item_started":
                         if event.item_started.kind == inference_pb2.ItemStarted.FUNCTION_CALL:
+                            name = event.item_started.name
                             for e in events.start_function_call(
-                                event.item_started.call_id, event.item_started.name
+                                event.item_started.call_id, name, request.namespace_of(name)
                             ):
                                 queue.emit(e)
                         elif event.item_started.kind == inference_pb2.ItemStarted.REASONING:

@@ -98,7 +98,9 @@ class ResponseEvents:
             ),
         ]
 
-    def start_function_call(self, call_id: str, name: str) -> list[Event]:
+    def start_function_call(
+        self, call_id: str, name: str, namespace: str | None = None
+    ) -> list[Event]:
         item = {
             "id": new_id("fc"),
             "type": "function_call",
@@ -107,6 +109,8 @@ class ResponseEvents:
             "arguments": "",
             "status": "in_progress",
         }
+        if namespace is not None:  # a function of a namespace tool (gateway.tools)
+            item["namespace"] = namespace
         self._open(item)
         return [
             self._event("response.output_item.added", output_index=self._index, item=dict(item))

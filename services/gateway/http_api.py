@@ -305,8 +305,8 @@ async def count_input_tokens(request: Request) -> Response:
 @router.post("/v1/responses/compact")
 async def compact_response(request: Request) -> Response:
     """The request's history (``input``, after ``previous_response_id``'s) compacted:
-    the last turns as they are, the older items sealed into one ``compaction`` item
-    (``gateway.compaction``). Its usage is the tokens the whole history renders to."""
+    all of it sealed into exactly one ``compaction`` item (``gateway.compaction``). Its
+    usage is the tokens the whole history renders to."""
     gw = gateway_of(request)
     tenant = gw.keys.tenant_for(request.headers)
     body = parse_bounded(gw, await read_body(request, gw.settings.max_body_bytes))

@@ -26,21 +26,28 @@ TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_te
 MAX_FUNCTION_NAME_CHARS = 256
 
 
-def normalize_input(raw: Any, param: str = "input") -> list[Item]:
-    """The request's ``input`` (a string or a list of items) as canonical items."""
+def normalize_input(raw: Any, param: str = "input", *, triggers: bool = False) -> list[Item]:
+    """The request's ``input`` (a string or a list of items) as canonical items.
+    ``compaction_trigger`` items are taken only where ``triggers`` (a create's input;
+    ``gateway.compaction.take_trigger`` removes them): elsewhere they are unsupported."""
     if raw is None:
         return []
     if isinstance(raw, str):
         return [_message("user", [{"type": "input_text", "text": raw}])]
     if not isinstance(raw, list):
         raise invalid_type(param, "a string or an array of input items")
-    return [normalize_item(item, f"{param}[{i}]") for i, item in enumerate(raw)]
+    return [normalize_item(item, f"{param}[{i}]", triggers) for i, item in enumerate(raw)]
 
 
-def normalize_item(raw: Any, param: str) -> Item:
+def normalize_item(raw: Any, param: str, triggers: bool = False) -> Item:
     if not isinstance(raw, dict):
         raise invalid_type(param, "an object")
     kind = raw.get("type", "message" if "role" in raw else None)
+    if kind == "compaction_trigger" and triggers:
+        item_id = raw.get("id")
+        if item_id is not None and not isinstance(item_id, str):
+            raise invalid_type(f"{param}.id", "a string")
+        return {"id": item_id or new_id("cmpt"), "type": "compaction_trigger"}
     if kind == "message":
         return _normalize_message(raw, param)
     if kind == "function_call":
@@ -173,7 +180,7 @@ def _normalize_function_call(raw: dict[str, Any], param: str) -> Item:
     item_id = raw.get("id")
     if item_id is not None and not isinstance(item_id, str):
         raise invalid_type(f"{param}.id", "a string")
-    return {
+    item = {
         "id": item_id or new_id("fc"),
         "type": "function_call",
         "call_id": call_id,
@@ -181,6 +188,12 @@ def _normalize_function_call(raw: dict[str, Any], param: str) -> Item:
         "arguments": arguments,
         "status": "completed",
     }
+    namespace = raw.get("namespace")
+    if namespace is not None:  # a call of a namespace tool's function (gateway.tools)
+        if not isinstance(namespace, str) or len(namespace) > MAX_FUNCTION_NAME_CHARS:
+            raise invalid_type(f"{param}.namespace", "a namespace name")
+        item["namespace"] = namespace
+    return item
 
 
 def _normalize_function_call_output(raw: dict[str, Any], param: str) -> Item:

@@ -17,13 +17,13 @@ from typing import Any
 from turnpike.conversation.v1 import conversation_pb2
 from turnpike.inference.v1 import inference_pb2
 
-from gateway import request_fields
+from gateway import compaction, request_fields, tools
 from gateway.errors import invalid, invalid_type, missing, typed_entries
 from gateway.items import Item, normalize_input
 from gateway.json_codec import dump_bytes
+from gateway.tools import TOOL_NAME_RE
 
 STREAM_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
-TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_METADATA_KEYS = 16
 
 
@@ -49,6 +49,8 @@ class CreateRequest:
     reasoning: dict[str, Any] | None = None
     include: list[str] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
+    # The client's own annotations (Codex: its trace context); see gateway.tracing.
+    client_metadata: dict[str, str] = field(default_factory=dict)
     store: bool = True
     stream: bool = False
     background: bool = False  # generation goes on without the client (HTTP only)
@@ -60,6 +62,8 @@ class CreateRequest:
     seed: int | None = None
     # context_management: compact past this many input tokens (gateway.compaction).
     compact_threshold: int | None = None
+    # A final compaction_trigger input item: answer one compaction item, generate nothing.
+    compact_now: bool = False
     # WebSocket only.
     stream_id: str | None = None
     generate: bool = True
@@ -71,6 +75,18 @@ class CreateRequest:
         return hashlib.blake2b(blob, digest_size=16).hexdigest()
 
     @functools.cached_property
+    def functions(self) -> list[dict[str, Any]]:
+        """The function tools the model is offered (namespaces flattened; gateway.tools)."""
+        return tools.functions(self.tools)
+
+    def namespace_of(self, function_name: str) -> str | None:
+        """The namespace of the offered function of that name (a call carries it)."""
+        for function in self.functions:
+            if function["name"] == function_name:
+                return function.get("namespace")
+        return None
+
+    @functools.cached_property
     def proto_tools(self) -> list[conversation_pb2.Tool]:
         """The tools as the backends take them (rendering and generation both need them)."""
         return [
@@ -80,7 +96,7 @@ class CreateRequest:
                 parameters_json=dump_bytes(tool.get("parameters") or {}, sort_keys=True).decode(),
                 strict=bool(tool.get("strict")),
             )
-            for tool in self.tools
+            for tool in self.functions
         ]
 
     @functools.cached_property
@@ -146,59 +162,8 @@ def _number(body: dict[str, Any], key: str, low: float, high: float, default: fl
     return float(value)
 
 
-def _tools(raw: Any) -> list[dict[str, Any]]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise invalid_type("tools", "an array of tools")
-    tools, names = [], set()
-    for i, tool in enumerate(raw):
-        param = f"tools[{i}]"
-        if not isinstance(tool, dict):
-            raise invalid_type(param, "a tool object")
-        kind = tool.get("type")
-        if kind != "function":
-            raise invalid(
-                f"Tools of type '{kind}' are not supported by this server; use function tools.",
-                f"{param}.type",
-                "unsupported_tool_type",
-            )
-        name = tool.get("name")
-        if not isinstance(name, str) or not TOOL_NAME_RE.fullmatch(name):
-            raise invalid(
-                f"Invalid '{param}.name': a function name is 1-64 letters, digits, '_' or '-'.",
-                f"{param}.name",
-                "invalid_value",
-            )
-        if name in names:
-            raise invalid(
-                f"Duplicate function name '{name}' in tools.", f"{param}.name", "invalid_value"
-            )
-        names.add(name)
-        parameters = tool.get("parameters")
-        if parameters is not None and not isinstance(parameters, dict):
-            raise invalid_type(f"{param}.parameters", "a JSON Schema object")
-        description = tool.get("description")
-        if description is not None and not isinstance(description, str):
-            raise invalid_type(f"{param}.description", "a string")
-        strict = tool.get("strict", True)
-        if strict is not None and not isinstance(strict, bool):
-            raise invalid_type(f"{param}.strict", "a boolean")
-        tools.append(
-            {
-                "type": "function",
-                "name": name,
-                "description": description,
-                "parameters": parameters
-                if parameters is not None
-                else {"type": "object", "properties": {}},
-                "strict": True if strict is None else strict,
-            }
-        )
-    return tools
-
-
-def _tool_choice(raw: Any, tools: list[dict[str, Any]]) -> Any:
+def _tool_choice(raw: Any, offered: list[dict[str, Any]]) -> Any:
+    """``tool_choice``, among the function tools ``offered`` (namespaces flattened)."""
     if raw is None:
         return "auto"
     if isinstance(raw, str):
@@ -208,7 +173,7 @@ def _tool_choice(raw: Any, tools: list[dict[str, Any]]) -> Any:
                 "tool_choice",
                 "invalid_value",
             )
-        if raw == "required" and not tools:
+        if raw == "required" and not offered:
             raise invalid(
                 "'tool_choice' is 'required' but no tools were given.",
                 "tool_choice",
@@ -221,7 +186,7 @@ def _tool_choice(raw: Any, tools: list[dict[str, Any]]) -> Any:
         name = raw.get("name")
         if not isinstance(name, str):
             raise invalid_type("tool_choice.name", "a string")
-        if name not in {t["name"] for t in tools}:
+        if name not in {t["name"] for t in offered}:
             raise invalid(
                 f"Tool choice '{name}' is not among the given tools.",
                 "tool_choice.name",
@@ -236,7 +201,7 @@ def _tool_choice(raw: Any, tools: list[dict[str, Any]]) -> Any:
                 "tool_choice.mode",
                 "invalid_value",
             )
-        names = {t["name"] for t in tools}
+        names = {t["name"] for t in offered}
         allowed = request_fields.allowed_tools(raw.get("tools"), names)
         return {"type": "allowed_tools", "mode": mode, "tools": allowed}
     raise invalid(
@@ -450,10 +415,12 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
             "conversation",
             "mutually_exclusive_parameters",
         )
-    input_items = normalize_input(body.get("input"))
+    input_items, compact_now = compaction.take_trigger(
+        normalize_input(body.get("input"), triggers=True)
+    )
     if not input_items and previous is None and not websocket:
         raise missing("input")
-    tools = _tools(body.get("tools"))
+    tools_given = tools.parse_tools(body.get("tools"))
     max_output = _opt(body, "max_output_tokens", int, "an integer")
     if max_output is not None and max_output < 16:
         raise invalid(
@@ -488,8 +455,8 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         instructions=instructions,
         previous_response_id=previous,
         conversation=conversation,
-        tools=tools,
-        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        tools=tools_given,
+        tool_choice=_tool_choice(body.get("tool_choice"), tools.functions(tools_given)),
         parallel_tool_calls=True if parallel is None else parallel,
         max_output_tokens=max_output,
         max_tool_calls=max_tool_calls,
@@ -503,6 +470,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         reasoning=_reasoning(body.get("reasoning")),
         include=_include(body.get("include")),
         metadata=parse_metadata(body.get("metadata")),
+        client_metadata=request_fields.client_metadata(body.get("client_metadata")),
         store=True if store is None else store,
         stream=bool(stream),
         background=background,
@@ -519,6 +487,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         ),
         seed=_opt(body, "seed", int, "an integer"),
         compact_threshold=_compact_threshold(body.get("context_management")),
+        compact_now=compact_now,
         stream_id=stream_id,
         generate=True if generate is None else generate,
     )

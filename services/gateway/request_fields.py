@@ -129,3 +129,22 @@ def top_logprobs(raw: Any) -> int:
             "unsupported_parameter",
         )
     return 0
+
+
+MAX_CLIENT_METADATA_KEYS = 64
+
+
+def client_metadata(raw: Any) -> dict[str, str]:
+    """``client_metadata``: string values a client attaches for itself (not in the public
+    schema; Codex sends it, with the W3C trace context of the turn). Kept, not echoed."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise invalid_type("client_metadata", "an object of string values")
+    if len(raw) > MAX_CLIENT_METADATA_KEYS:
+        raise invalid(
+            f"'client_metadata' has more than {MAX_CLIENT_METADATA_KEYS} keys.",
+            "client_metadata",
+            "invalid_value",
+        )
+    return dict(raw)

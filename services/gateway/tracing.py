@@ -10,12 +10,13 @@ non-recording span.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.errors import ApiError
 from gateway.metrics import GEN_AI_OPERATION
@@ -24,6 +25,12 @@ if TYPE_CHECKING:
     from gateway.request_context import RequestContext
 
 tracer = trace.get_tracer("turnpike.gateway")
+
+# Where Codex puts the W3C trace context of a turn in ``client_metadata`` (a WebSocket
+# message has no headers of its own).
+CLIENT_TRACEPARENT = "ws_request_header_traceparent"
+CLIENT_TRACESTATE = "ws_request_header_tracestate"
+_W3C = TraceContextTextMapPropagator()
 
 UNTRACED_PATHS = frozenset({"/healthz", "/readyz", "/dashboard", "/dashboard/data"})
 
@@ -47,17 +54,38 @@ FASTAPI_TELEMETRY: dict[str, Any] = {
 }
 
 
+def client_trace_context(client_metadata: Mapping[str, str]) -> Any:
+    """The OpenTelemetry context of the client's span named in ``client_metadata``, or
+    None when it names none (or an invalid one: it is ignored, as a bad header is)."""
+    parent = client_metadata.get(CLIENT_TRACEPARENT)
+    if not parent:
+        return None
+    carrier = {"traceparent": parent}
+    state = client_metadata.get(CLIENT_TRACESTATE)
+    if state:
+        carrier["tracestate"] = state
+    context = _W3C.extract(carrier)
+    return context if trace.get_current_span(context).get_span_context().is_valid else None
+
+
 @contextmanager
-def response_span(ctx: RequestContext, model: str) -> Iterator[trace.Span]:
+def response_span(
+    ctx: RequestContext, model: str, client_metadata: Mapping[str, str] | None = None
+) -> Iterator[trace.Span]:
     """The span of one response, current inside the block and kept in ``ctx.span``.
 
     If the block raises (preparation failed), the span ends here. Otherwise the block
     must end with ``ResponseEngine.start``, and the engine ends it when it finishes the
-    response. Under an HTTP request's span it is a child; on a WebSocket, a root.
+    response. Under an HTTP request's span it is a child; on a WebSocket, a root, or,
+    when ``client_metadata`` carries a traceparent, a child of the client's span.
     """
     root = not trace.get_current_span().get_span_context().is_valid
+    # Only without a request span: over HTTP, the request's own traceparent header
+    # already parents the request span this one sits under.
+    parent = client_trace_context(client_metadata or {}) if root else None
     span = tracer.start_span(
         "response.create",
+        context=parent,
         kind=SpanKind.SERVER if root else SpanKind.INTERNAL,
         attributes={
             "turnpike.transport": ctx.transport,

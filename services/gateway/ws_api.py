@@ -100,7 +100,7 @@ class Connection:
                 admission = self.gw.admission.hold(self.tenant, limits, request, 0)
                 async with admission as ctx.admission:
                     # One trace per response, not per connection (gateway.tracing).
-                    with response_span(ctx, request.model):
+                    with response_span(ctx, request.model, request.client_metadata):
                         queue = engine.start(await engine.prepare(request, ctx, self.pipeline))
             except ApiError as err:
                 access.failed(err.status, err.code, err.param)
@@ -149,6 +149,16 @@ FRAME_ROUTE = "websocket.frame"
 UPGRADE_ROUTE = "/v1/responses"
 
 
+def websocket_refused(reason: str) -> ApiError:
+    """426 Upgrade Required for an upgrade the server will not take: the status on which
+    Codex (and other clients that fall back) continue the session over HTTP and SSE."""
+    return ApiError(
+        426,
+        f"{reason} Use HTTP: POST /v1/responses (with stream=true for events).",
+        code="websocket_unavailable",
+    )
+
+
 @router.websocket("/v1/responses")
 async def responses_socket(ws: WebSocket) -> None:
     gw: Gateway = ws.app.state.gateway
@@ -157,6 +167,15 @@ async def responses_socket(ws: WebSocket) -> None:
     try:
         tenant = access.tenant = gw.keys.tenant_for(ws.headers)
         pipeline = gw.pipeline_for(ws.headers, websocket=True)
+        if not gw.settings.websocket_mode:
+            raise websocket_refused("WebSocket mode is turned off on this server.")
+        if not gw.admission.can_admit():
+            # Shedding: a new socket would only queue behind the in-flight bound. 426 moves
+            # Codex to HTTP for the session, where each request is admitted (or shed with
+            # 503) on its own; 503 here would make it retry the upgrade until it gives up.
+            raise websocket_refused("The server is at capacity for new WebSocket connections.")
+        # A tenant over its own connection limit keeps 429: its other sockets work, and a
+        # 429 at the upgrade is what that limit is everywhere else (Retry-After included).
         slot = await gw.admission.limiter.open_connection(tenant, gw.keys.limits(tenant))
         if slot is None:
             raise connection_refused()

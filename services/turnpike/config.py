@@ -396,6 +396,9 @@ class GatewaySettings:
     worker_silence_s: float = field(
         default_factory=lambda: env_float("TURNPIKE_WORKER_SILENCE_TIMEOUT_S", 30.0)
     )
+    # Serve the Responses API's WebSocket mode. Off, every upgrade is answered 426: the
+    # status on which Codex moves the session to HTTP (404, 405 and 503 make it retry).
+    websocket_mode: bool = field(default_factory=lambda: env_bool("TURNPIKE_WEBSOCKET_MODE", True))
     ws_max_active_responses: int = field(
         default_factory=lambda: env_int("TURNPIKE_WS_MAX_ACTIVE_RESPONSES", 16)
     )

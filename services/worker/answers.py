@@ -9,8 +9,12 @@ It reads the structured conversation, like a model would:
    any ``max_tool_calls`` of 1 or more always hold.
 2. The last item is a function call output: one message that uses the output(s).
 3. Tools are given and ``tool_choice`` is not ``"none"``: a call to the tool whose
-   name and description share the most words with the user's last message (ties
-   broken by the seed), with arguments valid for its JSON Schema.
+   name and description share the most words with the user's last message, plus one
+   when the message quotes a command and the tool takes one (a required ``cmd``,
+   ``command``, ...: "run `git status`" is for the shell tool, not the one whose
+   description says "status"); ties broken by the seed. Its arguments are valid for its
+   JSON Schema: the required properties and the optional ones the message gives
+   (``schema_instance``).
 4. Otherwise: a short message (about 20 to 60 tokens) of seeded pseudo-text that
    mentions the words of the user's question; when the user asks for a length ("in
    2000 words", "500 tokens"), about that many tokens, so long streams can be tested.
@@ -20,9 +24,9 @@ It reads the structured conversation, like a model would:
 
 A message (2. and 4.) follows the request's ``text_format`` (structured outputs):
 ``json_schema`` -> JSON text valid for the schema, built as tool arguments are
-(``schema_instance``, values from the user's words); ``json_object`` -> a small JSON
-object, ``{"answer": ...}`` with the pseudo-text as its value. Function calls are
-unaffected: a call still wins when tools apply.
+(``schema_instance``, values from the user's words, every declared property filled);
+``json_object`` -> a small JSON object, ``{"answer": ...}`` with the pseudo-text as its
+value. Function calls are unaffected: a call still wins when tools apply.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from turnpike.conversation.v1 import conversation_pb2
 from turnpike.inference.v1 import inference_pb2
 
 from worker.schema_instance import generate_arguments
-from worker.user_text import content_words, name_words
+from worker.user_text import COMMAND_WORDS, content_words, find_command, name_words
 
 Item = conversation_pb2.Item
 OUTPUT_SNIPPET_CHARS = 200
@@ -182,7 +186,12 @@ def choose_tool(
     if named:
         return named[0]
     asked = _with_singulars({w.lower() for w in content_words(user_text)})
-    scores = [len(tool_words(t.name, t.description) & asked) for t in tools]
+    quotes_command = find_command(user_text) is not None
+    scores = [
+        len(tool_words(t.name, t.description) & asked)
+        + (quotes_command and takes_command(t.parameters_json))
+        for t in tools
+    ]
     best = [t for t, s in zip(tools, scores, strict=True) if s == max(scores)]
     return best[stable_rng(seed, "tool", user_text).randrange(len(best))]
 
@@ -193,6 +202,19 @@ def tool_words(name: str, description: str) -> frozenset[str]:
     """The words a tool's name and description match a request by."""
     words = set(name_words(name)) | {w.lower() for w in content_words(description)}
     return frozenset(_with_singulars(words))
+
+
+@functools.lru_cache(maxsize=1024)
+def takes_command(parameters_json: str) -> bool:
+    """Whether a tool's schema requires a command (``cmd``, ``command``, ``script``...)."""
+    try:
+        schema = json.loads(parameters_json) if parameters_json.strip() else {}
+    except json.JSONDecodeError:
+        return False
+    required = schema.get("required") if isinstance(schema, dict) else None
+    return isinstance(required, list) and any(
+        isinstance(k, str) and COMMAND_WORDS & set(name_words(k)) for k in required
+    )
 
 
 def _with_singulars(words: set[str]) -> set[str]:
@@ -233,7 +255,8 @@ def structured_text(text_format: inference_pb2.TextFormat, user_text: str, seed:
         text_format.schema_json, f"text format '{text_format.name}'", "schema"
     )
     rng = stable_rng(seed, "structured", text_format.name, user_text)
-    return json.dumps(generate_arguments(schema, user_text, rng), ensure_ascii=False)
+    value = generate_arguments(schema, user_text, rng, all_properties=True)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def json_object_text(user_text: str, seed: int, count_tokens: Callable[[str], int]) -> str:

@@ -5,12 +5,27 @@ The value is built, not searched for: ``const``/``enum``/``default`` first, then
 value by type, strings and numbers asked of ``user_text.UserText``. Handled: types
 (incl. lists of types), ``$ref`` to local definitions, ``allOf`` (merged), ``anyOf``
 (the first branch that is not ``null``), ``oneOf`` (the first branch whose value fits
-no other branch), objects (all declared properties, required ones first when
-``maxProperties`` bites; never an undeclared key when ``additionalProperties`` is
-false), arrays (``items``, ``prefixItems``, ``minItems``/``maxItems``,
-``uniqueItems``), numeric bounds (incl. exclusive ones and ``multipleOf``), string
-lengths and common ``format`` values. ``not``, ``if``/``then`` and dependencies are
-not interpreted.
+no other branch), objects (below), arrays (``items``, ``prefixItems``,
+``minItems``/``maxItems``, ``uniqueItems``), numeric bounds (incl. exclusive ones and
+``multipleOf``), string lengths and common ``format`` values. ``not``, ``if``/``then``
+and dependencies are not interpreted.
+
+Which properties: a function call's arguments hold the ``required`` properties, and an
+optional one only when the request gives it a value, as a model leaves out what it was
+not asked for (an invented ``workdir`` is a folder that does not exist). The request
+gives a value when it names the property followed by a value of its type ("workdir
+/tmp", "timeout_ms=5000", "limit to 5", a number before the name: "3 days"; a boolean's
+name alone means true: "with tty"), when it mentions one of an ``enum``'s values as a
+word ("in fahrenheit"), or, for an object or array, names it. Structured outputs
+(``all_properties``) hold every declared property: the answer is a document the caller
+wants filled. Required keys come first when ``maxProperties`` bites; never an undeclared
+key when ``additionalProperties`` is false.
+
+Numbers are whole unless the schema or the request says otherwise: ``integer`` always;
+``number`` too (clients such as the Codex CLI parse a millisecond count as an unsigned
+integer), unless its ``multipleOf`` is fractional, its bounds hold no integer, or the
+request's words give a fractional value. A string whose ``description`` lists its values
+("One of: pending, in_progress, completed") is treated as that ``enum``.
 
 ``pattern`` is honoured by choice, not synthesis: when the natural string does not
 match, the first piece of the request that does (a number, a name, a quoted command, a
@@ -33,6 +48,7 @@ from __future__ import annotations
 
 import copy
 import random
+import re
 from typing import Any
 
 from worker.schema_keywords import (
@@ -46,23 +62,36 @@ from worker.schema_keywords import (
     search,
     type_of,
 )
-from worker.user_text import UserText
+from worker.user_text import NOT_GIVEN, UserText
 
 MAX_DEPTH = 12
 # Below this nesting depth only what the schema requires is generated, so recursive
 # schemas (a tree whose nodes have optional children) end.
 OPTIONAL_DEPTH = 3
+# "One of: pending, in_progress, completed" in a string's description: its values.
+_LISTED_VALUES = re.compile(
+    r"\bone of\s*:?\s*((?:[`\"']?[\w.-]+[`\"']?)(?:\s*(?:,|\bor\b|\|)\s*(?:or\s+)?"
+    r"[`\"']?[\w.-]+[`\"']?)+)",
+    re.IGNORECASE,
+)
+# Something to build, not a value the request gave (an optional object or array named).
+_BUILD: Any = object()
 
 
-def generate_arguments(schema: Any, user_text: str, rng: random.Random) -> Any:
-    """A JSON value valid for ``schema`` (a decoded JSON Schema), built from ``user_text``."""
-    return SchemaInstance(schema, UserText(user_text, rng)).generate()
+def generate_arguments(
+    schema: Any, user_text: str, rng: random.Random, *, all_properties: bool = False
+) -> Any:
+    """A JSON value valid for ``schema`` (a decoded JSON Schema), built from ``user_text``:
+    required properties, and optional ones the request gives (every declared one with
+    ``all_properties``, for structured outputs)."""
+    return SchemaInstance(schema, UserText(user_text, rng), all_properties).generate()
 
 
 class SchemaInstance:
-    def __init__(self, root: Any, words: UserText) -> None:
+    def __init__(self, root: Any, words: UserText, all_properties: bool = False) -> None:
         self.root = root
         self.words = words
+        self.all_properties = all_properties
 
     def generate(self) -> Any:
         schema = self.root if isinstance(self.root, dict) else {}
@@ -128,6 +157,10 @@ class SchemaInstance:
         if "const" in schema:
             return copy.deepcopy(schema["const"])
         kind = type_of(schema)
+        if kind == "string" and not schema.get("enum"):
+            listed = _listed_values(schema.get("description"))
+            if listed:
+                schema = {**schema, "enum": listed}
         if schema.get("enum"):
             return copy.deepcopy(self._enum(schema, kind, index))
         if "default" in schema and index == 0 and matches_type(schema["default"], kind):
@@ -187,6 +220,13 @@ class SchemaInstance:
         optional = [k for k in props if k not in required and props[k] is not False]
         if depth >= OPTIONAL_DEPTH:
             optional = []
+        given: dict[str, Any] = {}
+        if not self.all_properties:
+            for key in optional:
+                value = self._given(props[key], key, depth + 1)
+                if value is not NOT_GIVEN:
+                    given[key] = value
+            optional = [k for k in optional if k in given]
         # Declared order, but when maxProperties cuts, required keys survive.
         keys = [k for k in props if k in required] + [k for k in required if k not in props]
         limit = schema.get("maxProperties")
@@ -198,12 +238,39 @@ class SchemaInstance:
         result: dict[str, Any] = {}
         for key in keys:
             sub = props.get(key, extra if isinstance(extra, dict) else {})
-            result[key] = self.value(sub, key, depth + 1, 0)
+            if given.get(key, _BUILD) is not _BUILD:
+                result[key] = given[key]
+            else:
+                result[key] = self.value(sub, key, depth + 1, 0)
         minimum = schema.get("minProperties", 0)
         while len(result) < minimum and extra is not False:
             key = f"extra_{len(result) + 1}"
             result[key] = self.value(extra if isinstance(extra, dict) else {}, key, depth + 1, 0)
         return result
+
+    def _given(self, raw: Any, name: str, depth: int) -> Any:
+        """The value the request gives the optional property ``name`` (see the module's
+        docstring): a value, ``_BUILD`` (named; build it), or ``NOT_GIVEN``."""
+        schema = self._normalise(raw, depth)
+        if schema is None or "oneOf" in schema:
+            return NOT_GIVEN
+        kind = type_of(schema)
+        options = schema.get("enum") or (
+            _listed_values(schema.get("description")) if kind == "string" else None
+        )
+        if "const" in schema:
+            return _BUILD if self.words.names(name) else NOT_GIVEN
+        if options:
+            said = [v for v in options if isinstance(v, str) and self.words.mentions_word(v)]
+            return copy.deepcopy(said[0]) if said else NOT_GIVEN
+        if kind in ("object", "array"):
+            return _BUILD if self.words.names(name) else NOT_GIVEN
+        value = self.words.named_value(name, kind)
+        if value is NOT_GIVEN or not roughly_matches(value, schema):
+            return NOT_GIVEN
+        if kind == "string" and isinstance(schema.get("pattern"), str):
+            return value if search(schema["pattern"], value) else NOT_GIVEN
+        return value
 
     def _array(self, schema: dict, name: str, depth: int) -> list:
         prefix = schema.get("prefixItems")
@@ -231,9 +298,15 @@ class SchemaInstance:
     ) -> int | float:
         wanted = self.words.number_for(name, integer=integer, fits=lambda n: in_bounds(schema, n))
         wanted += index
-        low, high = bounds(schema, integer)
         step = schema.get("multipleOf")
-        if isinstance(step, (int, float)) and not isinstance(step, bool) and step > 0:
+        has_step = isinstance(step, (int, float)) and not isinstance(step, bool) and step > 0
+        if not integer and not fractional and float(wanted).is_integer():
+            # A whole number where one fits: the request gave none with a fraction.
+            whole_low, whole_high = bounds(schema, True)
+            if whole_low <= whole_high and not (has_step and not float(step).is_integer()):
+                integer = True
+        low, high = bounds(schema, integer)
+        if has_step:
             return _tidy(_multiple(step, wanted, low, high, integer))
         value = min(max(wanted, low), high)
         if integer:
@@ -260,6 +333,17 @@ class SchemaInstance:
         if isinstance(pattern, str) and not search(pattern, fitted) and search(pattern, value):
             return value  # a pattern is stricter than a length hint; keep the match
         return fitted
+
+
+def _listed_values(description: Any) -> list[str]:
+    """The values a description lists ("One of: a, b, c"), or none."""
+    if not isinstance(description, str):
+        return []
+    match = _LISTED_VALUES.search(description)
+    if match is None:
+        return []
+    parts = re.split(r"\s*(?:,|\bor\b|\|)\s*", match.group(1))
+    return [p.strip("`\"' ") for p in parts if p.strip("`\"' ") and p.strip() != "or"]
 
 
 def _tidy(number: float) -> int | float:

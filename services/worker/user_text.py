@@ -3,13 +3,20 @@ the names in them, and a plausible value for a property, by its name and format.
 
 The simulator has no model; a tool's arguments still read as if one wrote them when
 they come from the request: a ``city`` gets a capitalised phrase of it ("New York"),
-a ``query`` the request itself, a ``url`` the link in it, a ``limit`` its number.
-Without such a word, a typical value for the property's name stands in ("Paris" for a
-city, 5 for a limit).
+a ``query`` the request itself, a ``url`` the link in it, a ``limit`` its number, a
+``cmd`` the command it quotes. Without such a word, a typical value for the property's
+name stands in ("Paris" for a city, 5 for a limit).
+
+A command is, first, a fenced code block's body; else the first span in backticks; else
+the words after "run" or "execute" that start a clause ("can you run uname -a?"), up to
+the end of the sentence, when they do not start with a common English word ("run the
+tests" names no command). ``named_value`` reads the value a request gives a property by
+its name ("workdir /tmp", "timeout_ms=5000", "3 days").
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import uuid
@@ -33,6 +40,29 @@ _URL = re.compile(r"https?://[^\s\"'<>)]+")
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
 _PATH = re.compile(r"(?:[\w.-]*/[\w./-]+|[\w-]+\.[A-Za-z0-9]{1,5})(?![\w/])")
 _BACKTICKS = re.compile(r"`([^`]+)`")
+_FENCED = re.compile(r"```(?:[\w+-]*[ \t]*\n)?(.*?)```", re.DOTALL)
+# "run X" where "run" starts a clause: "Run ls", "can you run ls", "ok, run ls".
+_RUN = re.compile(
+    r"(?:^|[.!?,;:]\s+|\b(?:please|you|then|and|to|now|just)\s+)(?:run|execute)\s+"
+    r"(?:(?:the|this)\s+)?(?:command\s+)?(.+?)(?:[.?!](?:\s|$)|$)",
+    re.IGNORECASE,
+)
+# Words that end a quoted-by-"run" command: "run ls -la and tell me what is there".
+_RUN_TAIL = re.compile(
+    r"\s+(?:and\s+|then\s+)*(?:tell|show|summari[sz]e|report|explain|let|give|please)\b.*$",
+    re.IGNORECASE,
+)
+# Between a property's name and its value: "workdir /tmp", "timeout_ms=5000", "mode: fast",
+# "unit is celsius", "limit to 5".
+_AFTER_NAME = r"(?:\s*[:=]\s*|\s+(?:(?:is|to|of|at|set\s+to)\s+)?)"
+_VALUE_TOKEN = r"(?:`([^`]+)`|\"([^\"]*)\"|'([^']*)'|([^\s,;]+))"
+_GIVEN_AFTER = re.compile(_AFTER_NAME + _VALUE_TOKEN)
+_NUMBER_BEFORE = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s*$")
+_NEGATED = re.compile(r"\b(?:no|not|without|disable)\s*$", re.IGNORECASE)
+MAX_NAMINGS = 16  # the places a property's name is looked at for its value
+VALUE_WINDOW = 1000  # characters after a name its value may span (a quoted command)
+MAX_COMMAND_CHARS = 500  # longer "run ..." text is prose, not a command
+_BOOLEANS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
 
 # A typical value per JSON Schema ``format``, when the request offers none.
 FORMAT_EXAMPLES = {
@@ -84,10 +114,11 @@ _ENTITY_WORDS = {
 }
 _TEXT_WORDS = frozenset(
     """query q search text prompt question message content input body description topic
-    keywords terms instructions task request summary comment note""".split()
+    keywords terms instructions task request summary comment note step explanation reason
+    justification goal""".split()
 )
 _PATH_WORDS = frozenset("path file filename filepath dir directory folder".split())
-_COMMAND_WORDS = frozenset("command cmd shell script code expression".split())
+COMMAND_WORDS = frozenset("command cmd shell script code expression".split())
 _INT_BY_NAME = {
     "limit": 5,
     "count": 5,
@@ -107,7 +138,30 @@ _INT_BY_NAME = {
     "minutes": 30,
     "seconds": 30,
     "timeout": 30,
+    "ms": 1000,
 }
+
+
+def find_command(raw: str) -> str | None:
+    """The command ``raw`` (a request's text) quotes: a fenced block's body, else the
+    first span in backticks, else the words after a clause-opening "run" (see the
+    module's docstring); None when there is none."""
+    fenced = _FENCED.search(raw) if "```" in raw else None
+    if fenced and fenced.group(1).strip():
+        return fenced.group(1).strip()
+    text = " ".join(raw.split())
+    quoted = _BACKTICKS.search(text)
+    if quoted and quoted.group(1).strip():
+        return quoted.group(1).strip()
+    lowered = text.lower()
+    if "run" not in lowered and "execute" not in lowered:
+        return None
+    for match in _RUN.finditer(text):
+        command = _RUN_TAIL.sub("", match.group(1)).strip().strip("\"'")
+        first = command.split(" ", 1)[0].lower() if command else ""
+        if first and first not in STOPWORDS and len(command) <= MAX_COMMAND_CHARS:
+            return command
+    return None
 
 
 def name_words(name: str) -> list[str]:
@@ -166,6 +220,7 @@ class UserText:
     ``index`` is the value's position in an array (later items differ)."""
 
     def __init__(self, text: str, rng: random.Random) -> None:
+        self.raw = text
         self.text = " ".join(text.split())
         self.rng = rng  # for ids and uuids, which the words cannot supply
         self.words = content_words(self.text)
@@ -192,9 +247,8 @@ class UserText:
             return FORMAT_EXAMPLES["date"]
         if {"lang", "language", "locale"} & set(words):
             return "en"
-        if _COMMAND_WORDS & set(words):
-            match = _BACKTICKS.search(self.text)
-            return match.group(1) if match else "ls -la"
+        if COMMAND_WORDS & set(words):
+            return self.command or "ls -la"
         if _PATH_WORDS & set(words):
             match = _PATH.search(self.text)
             return match.group(0) if match else "README.md"
@@ -212,13 +266,63 @@ class UserText:
         return (words[-1] if words else "value") + suffix
 
     def number_for(self, name: str, *, integer: bool, fits: Callable[[float], bool]) -> float:
-        """The request's first number that ``fits``, else a typical one for ``name``."""
+        """The request's first number that ``fits``, else a typical (whole) one for
+        ``name``: a model writes 30, not 30.0 or 1.5, unless told otherwise."""
         for found in _NUMBER.findall(self.text):
             number = float(found)
             if (not integer or number.is_integer()) and fits(number):
                 return number
         by_name = [_INT_BY_NAME[w] for w in name_words(name) if w in _INT_BY_NAME]
-        return float(by_name[-1]) if by_name else (1.0 if integer else 1.5)
+        return float(by_name[-1]) if by_name else 1.0
+
+    @cached_property
+    def command(self) -> str | None:
+        """The command the request quotes (see the module's docstring), if any."""
+        return find_command(self.raw)
+
+    def named_value(self, name: str, kind: str | None) -> Any:
+        """The value the request gives the property ``name`` by naming it, as JSON of
+        ``kind``: the token after the name ("workdir /tmp", "timeout_ms=5000", a quoted
+        or backticked span), or for a number the one before it ("3 days"); for a boolean,
+        the name alone is ``true`` ("with tty"; "no tty" is ``false``). ``NOT_GIVEN``
+        when the name is not in the request or nothing after it fits ``kind``."""
+        named = _name_pattern(name)
+        if named is None:
+            return NOT_GIVEN
+        for n, match in enumerate(named.finditer(self.text)):
+            if n == MAX_NAMINGS:
+                break
+            # Bounded: a long request that names a property many times stays linear.
+            after = _GIVEN_AFTER.match(self.text[match.end() : match.end() + VALUE_WINDOW])
+            before_text = self.text[max(0, match.start() - 40) : match.start()]
+            token = None
+            if after is not None:
+                token = next(g for g in after.groups() if g is not None)
+                if after.group(4) is not None:  # bare: sentence punctuation is not part of it
+                    token = token.rstrip(".!?)")
+            value = _as_kind(token, kind)
+            if value is NOT_GIVEN and kind in ("integer", "number"):
+                before = _NUMBER_BEFORE.search(before_text)
+                value = _as_kind(before.group(1), kind) if before else NOT_GIVEN
+            if value is NOT_GIVEN and kind == "boolean":
+                negated = _NEGATED.search(before_text)
+                value = not negated
+            if value is not NOT_GIVEN:
+                return value
+        return NOT_GIVEN
+
+    def names(self, name: str) -> bool:
+        """Whether the request names the property ``name`` (as a word)."""
+        named = _name_pattern(name)
+        return named is not None and named.search(self.text) is not None
+
+    def mentions_word(self, option: str) -> bool:
+        """Whether ``option`` is in the request as a whole word ("eq" is not in "request")."""
+        return (
+            bool(option)
+            and re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", self.text, re.IGNORECASE)
+            is not None
+        )
 
     def mentioned(self, options: Sequence[Any]) -> Any | None:
         """The first of ``options`` (strings) that the request mentions."""
@@ -231,6 +335,7 @@ class UserText:
         code, links, addresses, paths, numbers, names, words, bare tokens, the whole
         text; then the format examples."""
         found = [
+            *([self.command] if self.command else []),
             *_BACKTICKS.findall(self.text),
             *_URL.findall(self.text),
             *_EMAIL.findall(self.text),
@@ -243,6 +348,43 @@ class UserText:
             *FORMAT_EXAMPLES.values(),
         ]
         return [piece for piece in dict.fromkeys(found) if piece]
+
+
+@functools.lru_cache(maxsize=1024)
+def _name_pattern(name: str) -> re.Pattern[str] | None:
+    """A property's name as the request may write it: ``max_results``, ``max-results``,
+    ``maxResults``, ``max results`` (any case), as whole words."""
+    words = name_words(name)
+    if not words:
+        return None
+    spelled = r"[\s_-]*".join(re.escape(w) for w in words)
+    return re.compile(rf"(?<![\w-]){spelled}(?![\w-])", re.IGNORECASE)
+
+
+class _NotGiven:
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN: Any = _NotGiven()
+
+
+def _as_kind(token: str | None, kind: str | None) -> Any:
+    """``token`` (a word of the request) as a JSON value of ``kind``, or ``NOT_GIVEN``."""
+    if token is None or token == "":
+        return NOT_GIVEN
+    if kind in ("integer", "number"):
+        if not _NUMBER.fullmatch(token):
+            return NOT_GIVEN
+        number = float(token)
+        if number.is_integer():
+            return int(number)
+        return NOT_GIVEN if kind == "integer" else number
+    if kind == "boolean":
+        return _BOOLEANS.get(token.lower(), NOT_GIVEN)
+    if kind in ("string", None):
+        return NOT_GIVEN if token.lower() in STOPWORDS else token
+    return NOT_GIVEN
 
 
 def _strip_stopwords(words: list[str]) -> str:

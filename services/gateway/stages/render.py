@@ -61,14 +61,16 @@ class Render(Stage):
             res.token_cache.put(p.ctx.tenant, keys[-1], rendered)
         prompt = Prompt(rendered, rendered.prompt())
         assert p.model is not None
-        if request.truncation == "auto" and len(prompt.tokens) > p.model.context_window:
+        # A compaction_trigger seals the whole history and generates nothing: no truncation.
+        over = len(prompt.tokens) > p.model.context_window
+        if request.truncation == "auto" and over and not request.compact_now:
             return await truncated(res, request, conversation.items, prompt, p.model.context_window)
         return prompt
 
     def check(self, p: Prepared) -> None:
         assert p.prompt is not None and p.model is not None
         size, window = len(p.prompt.tokens), p.model.context_window
-        if size > window:
+        if size > window and not p.request.compact_now:  # compacting is how to get under it
             raise invalid(
                 f"Your input is {size} tokens, over the model's context window of {window}.",
                 "input",

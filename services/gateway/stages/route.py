@@ -23,7 +23,7 @@ class Route(Stage):
     reuse: bool = False
 
     def applies(self, p: Prepared) -> bool:
-        return p.request.generate
+        return p.request.generate and not p.request.compact_now  # a trigger generates nothing
 
     async def run(self, p: Prepared, res: Resources) -> router_pb2.RouteDecision:
         model, conversation, prompt = p.model, p.conversation, p.prompt
