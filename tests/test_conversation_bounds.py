@@ -270,7 +270,8 @@ SPACES = " " * 100_000
 TERMINAL = ("error", "response.completed", "response.incomplete", "response.failed")
 
 
-def chain_turn(base: str, previous: str | None) -> httpx.Response:
+def chain_body(previous: str | None) -> dict:
+    """A turn of a chain that grows by ~100 KB of whitespace."""
     body = {
         "model": MODEL,
         "input": f"more{SPACES}text",
@@ -279,7 +280,11 @@ def chain_turn(base: str, previous: str | None) -> httpx.Response:
     }
     if previous is not None:
         body["previous_response_id"] = previous
-    return call(base, "POST", "/responses", body)
+    return body
+
+
+def chain_turn(base: str, previous: str | None) -> httpx.Response:
+    return call(base, "POST", "/responses", chain_body(previous))
 
 
 @pytest.mark.stack
@@ -306,16 +311,7 @@ def test_a_chain_over_a_websocket_is_bounded_too(bounded) -> None:
     ) as sock:
 
         def turn(previous: str | None) -> dict:
-            body = {
-                "type": "response.create",
-                "model": MODEL,
-                "input": f"more{SPACES}text",
-                "truncation": "auto",
-                "max_output_tokens": 16,
-            }
-            if previous is not None:
-                body["previous_response_id"] = previous
-            sock.send(json.dumps(body))
+            sock.send(json.dumps({"type": "response.create", **chain_body(previous)}))
             while True:
                 event = json.loads(sock.recv(timeout=120))
                 if event["type"] in TERMINAL:

@@ -11,10 +11,12 @@ never content. ``TURNPIKE_ACCESS_LOG=false`` turns the lines off; the counts sta
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 
 from gateway import metrics
+from gateway.errors import ApiError
 from gateway.json_codec import dumps
 
 log = logging.getLogger("turnpike.access")
@@ -35,8 +37,13 @@ class Access:
     param: str | None = None
     started: float = field(default_factory=time.perf_counter)
 
-    def failed(self, status: int, code: str | None, param: str | None) -> None:
-        self.status, self.code, self.param = status, code, param
+    def failed(self, err: ApiError) -> None:
+        self.status, self.code, self.param = err.status, err.code, err.param
+
+
+def new_request_id() -> str:
+    """The id of a request (its ``x-request-id``) or of a WebSocket event."""
+    return "req_" + secrets.token_hex(12)
 
 
 def record(access: Access, log_line: bool) -> None:

@@ -4,7 +4,6 @@ failure leaves as the API's error shape)."""
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from contextlib import asynccontextmanager
 
@@ -113,7 +112,7 @@ class EdgeMiddleware:
             await self.app(scope, receive, send)
             return
         access = access_log.Access(
-            "req_" + secrets.token_hex(12), "http", access_log.UNMATCHED, scope["method"]
+            access_log.new_request_id(), "http", access_log.UNMATCHED, scope["method"]
         )
         request_id = access.request_id.encode()
 

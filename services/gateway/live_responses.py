@@ -46,6 +46,3 @@ class LiveResponses:
     def is_deleted(self, tenant: str, response_id: str) -> bool:
         live = self.get(tenant, response_id)
         return live is not None and live.deleted
-
-    def __len__(self) -> int:
-        return len(self._live)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 
 from fastapi import APIRouter, WebSocket
@@ -103,12 +102,12 @@ class Connection:
                     with response_span(ctx, request.model, request.client_metadata):
                         queue = engine.start(await engine.prepare(request, ctx, self.pipeline))
             except ApiError as err:
-                access.failed(err.status, err.code, err.param)
+                access.failed(err)
                 await self.send(err.ws_event(lane))
                 return
             except StoreUnavailable:
                 err = store_unavailable()
-                access.failed(err.status, err.code, err.param)
+                access.failed(err)
                 await self.send(err.ws_event(lane))
                 return
             access.status = 200
@@ -122,7 +121,7 @@ class Connection:
         except Exception:
             log.exception("websocket response failed")
             err = server_error("The server had an error.")
-            access.failed(err.status, err.code, err.param)
+            access.failed(err)
             await self.send(err.ws_event(lane))
         finally:
             self.record(access)
@@ -130,13 +129,14 @@ class Connection:
 
 
 def new_access(route: str, tenant: str) -> access_log.Access:
-    return access_log.Access("req_" + secrets.token_hex(12), "websocket", route, tenant=tenant)
+    return access_log.Access(access_log.new_request_id(), "websocket", route, tenant=tenant)
 
 
 def refused_frame(tenant: str, event: dict) -> access_log.Access:
     access = new_access(FRAME_ROUTE, tenant)
     error = event.get("error") or {}
-    access.failed(event.get("status") or 400, error.get("code"), error.get("param"))
+    access.status = event.get("status") or 400
+    access.code, access.param = error.get("code"), error.get("param")
     return access
 
 
@@ -181,7 +181,7 @@ async def responses_socket(ws: WebSocket) -> None:
             raise connection_refused()
     except ApiError as err:
         # Refuse the upgrade with a real HTTP status and the API's error body.
-        access.failed(err.status, err.code, err.param)
+        access.failed(err)
         gw_record(gw, access)
         denial = JSONResponse(err.body(), status_code=err.status, headers=err.headers)
         await ws.send_denial_response(denial)
