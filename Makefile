@@ -8,7 +8,7 @@ PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
 .PHONY: help venv protos ports run test lint format lock clean images up down logs ps bench-services bench bench-load \
-	bench-fairness bench-overload bench-pdf soak chaos openapi fuzz
+	bench-fairness bench-overload bench-pdf bench-codex soak chaos openapi fuzz
 
 help:
 	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1)"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-load  1 to 100 agent loops at once over raw WebSocket and HTTP/SSE (bench/results/load.*)"
 	@echo "make bench-fairness  one tenant's agent loops, alone and while another floods (bench/results/fairness.*)"
 	@echo "make bench-overload  300 and 600 long streams at once, shedding off and on (bench/results/overload.*)"
+	@echo "make bench-codex  the Codex CLI on a scripted task, over HTTP and over WebSocket (bench/results/codex.*)"
 	@echo "make bench-pdf  pypdf, pypdfium2 and the gateway's PDF workers on hostile PDFs (bench/results/pdf-extraction.*)"
 	@echo "make fuzz    the HTTP, WebSocket and gRPC fuzzers, longer (FUZZ_EXAMPLES=200 examples per case)"
 	@echo "make soak    a steady light load for 10 minutes, the memory of every service (bench/results/soak.*)"
@@ -59,6 +60,7 @@ run: venv
 # against them. Without one, those tests are skipped and say why.
 test: venv
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory images; \
 	else echo "No Docker engine answers: the container tests will be skipped."; fi
 	$(PY) -m pytest
@@ -106,6 +108,12 @@ bench-fairness: venv
 
 bench-overload: venv
 	$(PY) -m bench.admission.overload $(BENCH_ARGS)
+
+# The real Codex CLI (the pinned wheel) on a scripted 12-call task in a fresh git repository,
+# over HTTP and over WebSocket, interleaved, on a stack of its own that traces to the
+# benchmark (about 2 minutes; BENCH_ARGS=--quick for a smoke run, '--reps 10' for more).
+bench-codex: venv
+	$(PY) -m bench.codex $(BENCH_ARGS)
 
 # PDF text extraction: pypdf, pypdfium2 and the gateway's bounded PDF workers on the
 # compliance fixture and the hostile PDFs of tests/support/pdf_bombs.py (about 3 minutes;

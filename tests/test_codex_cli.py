@@ -5,6 +5,7 @@ WebSocket the gateway will not take to HTTP."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -120,3 +121,61 @@ def test_a_shedding_gateway_answers_a_new_upgrade_426(stack) -> None:
             pytest.fail("the gateway never took a socket again")
     finally:
         stop(proc)
+
+
+# A multi-step task as the simulator follows one (worker.answers: one call per step).
+TASK = (
+    "Do this:\n1. Run `git log --oneline`.\n2. Apply a patch that adds notes.md with a greeting.\n"
+)
+
+
+def git_repo(path: Path) -> Path:
+    """A fresh repository with one commit, as a project Codex works in."""
+    path.mkdir(parents=True)
+    (path / "README.md").write_text("# A project\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    for argv in (["init", "-q"], ["add", "README.md"], ["commit", "-qm", "First commit"]):
+        subprocess.run([*git, *argv], cwd=path, check=True, capture_output=True)
+    return path
+
+
+def codex_events(stdout: str) -> list[dict]:
+    """``codex exec --json``'s events (JSON lines)."""
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("websockets", [False, True], ids=["http", "websocket"])
+def test_codex_runs_a_command_and_applies_a_patch(stack, tmp_path: Path, websockets: bool) -> None:
+    """Codex with its default tools and its freeform apply_patch (the model's catalog
+    entry declares it): the command runs and its output goes back, then the patch the
+    simulator writes under the Lark grammar changes the repository."""
+    registry = json.loads(ROUTER_MODELS.read_text())["models"]
+    window = next(m["context_window"] for m in registry if m["id"] == "turnpike-sim")
+    home = codex_home(
+        tmp_path / "codex",
+        stack.base_url,
+        websockets=websockets,
+        context_window=window,
+        refused_tools_off=False,
+    )
+    work = git_repo(tmp_path / "work")
+    result = run_codex(
+        home,
+        work,
+        TASK,
+        api_key=stack.api_key,
+        extra_args=("--json", "--sandbox", "workspace-write"),
+    )
+    assert result.exit_code == 0, result.stderr
+    items = [e["item"] for e in codex_events(result.stdout) if e.get("type") == "item.completed"]
+    commands = [i for i in items if i.get("type") == "command_execution"]
+    assert commands and "git log --oneline" in commands[0]["command"], items
+    assert commands[0]["exit_code"] == 0 and "First commit" in commands[0]["aggregated_output"]
+    changes = [i for i in items if i.get("type") == "file_change"]
+    assert changes and changes[0]["status"] == "completed", items
+    notes = work / "notes.md"
+    assert notes.is_file() and notes.read_text().strip(), result.stdout
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=work, capture_output=True, text=True, check=True
+    )
+    assert "?? notes.md" in status.stdout

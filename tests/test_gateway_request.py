@@ -66,7 +66,7 @@ def test_echoed_output_items_are_accepted():
         ({"input": "x", "max_output_tokens": "many"}, "max_output_tokens"),
         ({"input": "x", "tools": {"type": "function"}}, "tools"),
         ({"input": "x", "tools": [{"type": "function", "name": "a b"}]}, "tools[0].name"),
-        ({"input": "x", "tools": [{"type": "custom", "name": "patch"}]}, "tools[0].type"),
+        ({"input": "x", "tools": [{"type": "teleport", "name": "patch"}]}, "tools[0].type"),
         ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
         ({"input": [{"role": "user", "content": 7}]}, "input[0].content"),
         ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output"),

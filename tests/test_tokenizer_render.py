@@ -511,3 +511,25 @@ def test_a_tool_text_without_word_boundaries_is_refused(renderer: Renderer) -> N
         assert refused.value.param == f"tools[1].{field}"
     prose = Tool(name="f", description="Looks things up, quickly. " * 2000)
     assert renderer.render("", [prose], [])
+
+
+def test_a_custom_tool_and_its_call_render_as_free_form_text(renderer: Renderer) -> None:
+    grammar = 'start: "*** Begin Patch" LF\n%import common.LF'
+    patch = Tool(
+        name="apply_patch",
+        description="Edit files.",
+        custom=True,
+        format_json=json.dumps({"type": "grammar", "syntax": "lark", "definition": grammar}),
+    )
+    items = [
+        Item(kind=Item.MESSAGE, role="user", text="Add a file."),
+        Item(kind=Item.FUNCTION_CALL, custom=True, call_id="c1", name="apply_patch", arguments="x"),
+        Item(kind=Item.FUNCTION_CALL_OUTPUT, custom=True, call_id="c1", name="apply_patch"),
+    ]
+    text = renderer.encoding.decode_utf8(renderer.render("", [patch], items))
+    assert "type apply_patch = () => any;" in text
+    assert "free-form text in this lark grammar:" in text and '"*** Begin Patch" LF' in text
+    # The call's input is text, not JSON: no constrain marker.
+    assert "to=functions.apply_patch<|channel|>commentary<|message|>x<|call|>" in text
+    half = renderer.render("", [patch], items[:1])
+    assert renderer.render("", [patch], items) == half + renderer.render_append(items[1:])

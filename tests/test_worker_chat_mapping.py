@@ -3,6 +3,8 @@ out, streamed chunks back (``worker.chat_mapping``), and the retry-after headers
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from support.inference_items import LOOKUP, call, kinds, message, output, request
 from support.tools import WEATHER_PROTO_TOOL, WEATHER_SCHEMA
@@ -271,3 +273,58 @@ def test_reasoning_effort_is_passed_in_the_chat_api_values() -> None:
         req = request()
         req.reasoning_effort = effort
         assert chat_params(req).get("reasoning_effort") == sent
+
+
+# ---- custom tools, offered as a one-string function ------------------------------------
+
+PATCH_TOOL = cv.Tool(
+    name="apply_patch",
+    description="Edit files.",
+    custom=True,
+    format_json='{"definition": "start: \\"ok\\"", "syntax": "lark", "type": "grammar"}',
+)
+
+
+def test_a_custom_tool_is_offered_as_a_function_of_one_input_string() -> None:
+    history = [
+        message("user", "Patch it."),
+        cv.Item(
+            kind=cv.Item.FUNCTION_CALL,
+            custom=True,
+            call_id="c1",
+            name="apply_patch",
+            arguments="ok",
+        ),
+        cv.Item(kind=cv.Item.FUNCTION_CALL_OUTPUT, custom=True, call_id="c1", text="done"),
+    ]
+    params = chat_params(request(items=history, tools=[PATCH_TOOL]))
+    [tool] = params["tools"]
+    assert tool["function"]["name"] == "apply_patch"
+    parameters = tool["function"]["parameters"]
+    assert parameters["required"] == ["input"]
+    assert 'start: "ok"' in parameters["properties"]["input"]["description"]
+    sent_call = params["messages"][1]["tool_calls"][0]["function"]
+    assert json.loads(sent_call["arguments"]) == {"input": "ok"}
+    assert params["messages"][2] == {"role": "tool", "tool_call_id": "c1", "content": "done"}
+
+
+@pytest.mark.parametrize(
+    ("fragments", "given"),
+    [
+        (['{"inp', 'ut": "*** Begin', ' Patch\\n"}'], "*** Begin Patch\n"),
+        (["not json"], "not json"),  # a model that ignored the wrapper: given as it came
+    ],
+)
+def test_a_custom_call_is_held_then_given_as_its_input(fragments, given) -> None:
+    mapper = ChunkMapper(custom_tool_names=frozenset({"apply_patch"}))
+    first = {"id": "c1", "function": {"name": "apply_patch", "arguments": fragments[0]}}
+    events = mapper.feed(chunk({"tool_calls": [first]}))
+    for fragment in fragments[1:]:
+        events += mapper.feed(chunk({"tool_calls": [{"function": {"arguments": fragment}}]}))
+    assert kinds(events) == ["item_started"] and events[0].item_started.custom
+    events += mapper.feed(chunk({}, "tool_calls"))
+    closing, reason, usage = mapper.finish()
+    events += closing
+    assert kinds(events) == ["item_started", "delta", "item_done"]
+    assert events[1].delta.text == given and reason == "tool_calls"
+    assert events[1].delta.tokens == len(fragments) == usage.output_tokens

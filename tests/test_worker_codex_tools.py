@@ -15,6 +15,7 @@ from typing import Any
 import jsonschema
 import pytest
 from support.codex import codex_binary, codex_home, run_codex
+from support.tools import APPLY_PATCH_GRAMMAR
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.vocab import harmony_encoding
 from worker.answers import FunctionCallAnswer, plan_answer
@@ -272,6 +273,67 @@ def test_view_image_gets_the_path_the_user_gave() -> None:
     assert (name, arguments) == ("view_image", {"path": "screenshots/login.png"})
 
 
+# -- a plan: one call per step, Codex's freeform apply_patch among them --------------------
+
+APPLY_PATCH = cv.Tool(
+    name="apply_patch",
+    description="Use the `apply_patch` tool to edit files. This is a FREEFORM tool.",
+    custom=True,
+    format_json=json.dumps(
+        {"type": "grammar", "syntax": "lark", "definition": APPLY_PATCH_GRAMMAR}
+    ),
+)
+PLAN = (
+    "Please do this:\n"
+    "1. Run `git status`.\n"
+    "2. Apply a patch that adds notes.md with a greeting.\n"
+    "3. Run `cat notes.md`.\n"
+)
+
+
+def _turns(plan: str, tools: list[cv.Tool], limit: int = 10) -> list[FunctionCallAnswer | str]:
+    """The simulator's answers through a whole plan, each call answered with an output."""
+    items = [cv.Item(kind=cv.Item.MESSAGE, role="user", text=plan)]
+    answers: list[FunctionCallAnswer | str] = []
+    for turn in range(limit):
+        answer = plan_answer(items, tools, "", 0, _count)
+        if not isinstance(answer, FunctionCallAnswer):
+            return [*answers, answer.text]
+        answers.append(answer)
+        call_id = f"call_{turn}"
+        items += [
+            cv.Item(
+                kind=cv.Item.FUNCTION_CALL,
+                custom=answer.custom,
+                call_id=call_id,
+                name=answer.name,
+                arguments=answer.arguments,
+            ),
+            cv.Item(kind=cv.Item.FUNCTION_CALL_OUTPUT, custom=answer.custom, call_id=call_id),
+        ]
+    raise AssertionError(f"no closing message after {limit} turns")
+
+
+def test_a_plan_is_followed_one_call_per_step_then_a_message() -> None:
+    *calls, closing = _turns(PLAN, [*CODEX_TOOLS, APPLY_PATCH])
+    assert [(c.name, c.custom) for c in calls] == [
+        ("exec_command", False),
+        ("apply_patch", True),
+        ("exec_command", False),
+    ]
+    assert json.loads(calls[0].arguments) == {"cmd": "git status"}
+    assert json.loads(calls[2].arguments) == {"cmd": "cat notes.md"}
+    patch = calls[1].arguments
+    assert patch.startswith("*** Begin Patch\n*** Add File: notes.md\n+")
+    assert patch.rstrip("\n").endswith("*** End Patch")
+    assert isinstance(closing, str) and closing
+
+
+def test_one_list_line_is_not_a_plan() -> None:
+    *calls, closing = _turns("Things to do:\n- run `ls`\n", CODEX_TOOLS)
+    assert len(calls) == 1 and isinstance(closing, str)
+
+
 # -- end to end: the real Codex CLI runs the command ---------------------------------------
 
 
@@ -288,3 +350,20 @@ def test_codex_exec_runs_the_quoted_command(stack, tmp_path: Path, websockets: b
     assert result.exit_code == 0, result.stderr
     # The simulator's last message quotes the tool's output: ls listed the folder.
     assert "turnpike-marker.txt" in result.stdout, (result.stdout, result.stderr)
+
+
+def test_a_quoted_command_goes_to_a_tool_that_runs_one_whatever_the_other_words() -> None:
+    """Codex 0.163 also sends goal tools; "Run `git status`" shared "run" and "status"
+    (counted twice, with its "singular" "statu") with update_goal, which outscored
+    exec_command: the command never ran."""
+    update_goal = _tool(
+        "update_goal",
+        "Update the status of the goal when its run is complete.",
+        {"type": "object", "properties": {"status": _s()}, "required": ["status"]},
+    )
+    tools = [update_goal, *CODEX_TOOLS]
+    for text in ("Run `git status`.", "Run `git status --short`"):
+        name, arguments = call(text, tools)
+        assert name == "exec_command" and arguments["cmd"].startswith("git status")
+    # Without a quoted command the words still choose.
+    assert call("Update the goal status to complete", tools)[0] == "update_goal"

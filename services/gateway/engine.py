@@ -121,6 +121,7 @@ class ResponseEngine:
     ) -> Prepared:
         prepared = Prepared(request, ctx, new_id("resp"))
         ctx.span.set_attribute("turnpike.response.id", prepared.response_id)
+        ctx.span.set_attribute("turnpike.transport", ctx.transport)
         if request.safety_identifier:  # who the end user is, for abuse investigations
             ctx.span.set_attribute("turnpike.safety_identifier", request.safety_identifier)
         turn_metrics.response_started(ctx)
@@ -320,9 +321,13 @@ class ResponseEngine:
                     kind = event.WhichOneof("event")
                     if kind == "item_started":
                         if event.item_started.kind == inference_pb2.ItemStarted.FUNCTION_CALL:
-                            name = event.item_started.name
+                            started_call = event.item_started
+                            tool = request.called_tool(started_call.name) or {}
                             for e in events.start_function_call(
-                                event.item_started.call_id, name, request.namespace_of(name)
+                                started_call.call_id,
+                                started_call.name,
+                                tool.get("namespace"),
+                                custom=started_call.custom,
                             ):
                                 queue.emit(e)
                         elif event.item_started.kind == inference_pb2.ItemStarted.REASONING:
@@ -548,6 +553,8 @@ class ResponseEngine:
                 }
             )
         timings["overhead_ms"] = round(overhead, 3)
+        if (first := prepared.ctx.first_token_at) is not None:  # as the client saw it
+            timings["ttft_ms"] = round((first - prepared.ctx.started) * 1000, 3)
         for event in terminal:
             if (snapshot := event.get("response")) is not None:
                 snapshot[TIMINGS_KEY] = timings

@@ -111,15 +111,16 @@ def require_str(raw: dict[str, Any], key: str, param: str, expected: str = "a st
 
 
 def typed_entries(
-    raw: list[Any], param: str, kind: str, supported: str
+    raw: list[Any], param: str, kind: str | tuple[str, ...], supported: str
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Each entry of an array of ``{"type": kind, ...}`` objects, with its param; another
-    type is refused as ``only <supported> supported``."""
+    """Each entry of an array of ``{"type": kind, ...}`` objects (``kind``: one type or
+    several), with its param; another type is refused as ``only <supported> supported``."""
+    kinds = (kind,) if isinstance(kind, str) else kind
     for i, entry in enumerate(raw):
         entry_param = f"{param}[{i}]"
         if not isinstance(entry, dict):
             raise invalid_type(entry_param, "an object")
-        if entry.get("type") != kind:
+        if entry.get("type") not in kinds:
             raise invalid(
                 f"Invalid '{entry_param}.type': only {supported} supported.",
                 f"{entry_param}.type",

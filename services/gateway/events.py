@@ -17,6 +17,11 @@ from turnpike.ids import new_id
 from gateway.response_object import snapshot
 
 Event = dict[str, Any]
+# The events a call's text streams in: response.<this>.delta and .done.
+_CALL_TEXT = {
+    "function_call": "function_call_arguments",
+    "custom_tool_call": "custom_tool_call_input",
+}
 
 
 class ResponseEvents:
@@ -99,17 +104,18 @@ class ResponseEvents:
         ]
 
     def start_function_call(
-        self, call_id: str, name: str, namespace: str | None = None
+        self, call_id: str, name: str, namespace: str | None = None, custom: bool = False
     ) -> list[Event]:
+        """A function call (JSON ``arguments``), or a custom tool's (free-form ``input``)."""
         item = {
-            "id": new_id("fc"),
-            "type": "function_call",
+            "id": new_id("ctc" if custom else "fc"),
+            "type": "custom_tool_call" if custom else "function_call",
             "call_id": call_id,
             "name": name,
-            "arguments": "",
+            "input" if custom else "arguments": "",
             "status": "in_progress",
         }
-        if namespace is not None:  # a function of a namespace tool (gateway.tools)
+        if namespace is not None:  # a member of a namespace tool (gateway.tools)
             item["namespace"] = namespace
         self._open(item)
         return [
@@ -166,7 +172,7 @@ class ResponseEvents:
                 **extra,
             )
         return self._event(
-            "response.function_call_arguments.delta",
+            f"response.{_CALL_TEXT[item['type']]}.delta",
             item_id=item["id"],
             output_index=self._index,
             delta=text,
@@ -228,13 +234,14 @@ class ResponseEvents:
         elif item["type"] == "reasoning":
             events = self._close_reasoning(item, index, text)
         else:
-            item["arguments"] = text
+            field = "input" if item["type"] == "custom_tool_call" else "arguments"
+            item[field] = text
             events = [
                 self._event(
-                    "response.function_call_arguments.done",
+                    f"response.{_CALL_TEXT[item['type']]}.done",
                     item_id=item["id"],
                     output_index=index,
-                    arguments=text,
+                    **{field: text},
                 )
             ]
         events.append(self._event("response.output_item.done", output_index=index, item=dict(item)))

@@ -165,7 +165,7 @@ def _file_parts(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     for item in items:
         if item.get("type") == "message":
             parts = item.get("content")
-        elif item.get("type") == "function_call_output":
+        elif item.get("type") in ("function_call_output", "custom_tool_call_output"):
             parts = item.get("output")
         else:
             continue

@@ -54,6 +54,10 @@ def normalize_item(raw: Any, param: str, triggers: bool = False) -> Item:
         return _normalize_function_call(raw, param)
     if kind == "function_call_output":
         return _normalize_function_call_output(raw, param)
+    if kind == "custom_tool_call":
+        return _normalize_custom_tool_call(raw, param)
+    if kind == "custom_tool_call_output":
+        return _normalize_call_output(raw, param, "custom_tool_call_output", "ctco")
     if kind == "reasoning":
         return _normalize_reasoning(raw, param)
     if kind == "compaction":  # expanded by gateway.compaction before anything renders it
@@ -167,36 +171,53 @@ def _part(raw: Any, role: str, param: str) -> dict[str, Any]:
 
 
 def _normalize_function_call(raw: dict[str, Any], param: str) -> Item:
+    call = _call(raw, param, "function_call", "fc")
+    call["arguments"] = require_str(raw, "arguments", param)
+    return _with_namespace(call, raw, param)
+
+
+def _normalize_custom_tool_call(raw: dict[str, Any], param: str) -> Item:
+    call = _call(raw, param, "custom_tool_call", "ctc")
+    call["input"] = require_str(raw, "input", param)
+    return _with_namespace(call, raw, param)
+
+
+def _call(raw: dict[str, Any], param: str, kind: str, prefix: str) -> Item:
+    """A tool call's common fields: ``id``, ``call_id``, a bounded ``name``."""
     call_id = require_str(raw, "call_id", param)
     name = require_str(raw, "name", param)
     if len(name) > MAX_FUNCTION_NAME_CHARS:
         raise invalid(
-            f"Invalid '{param}.name': a function name is at most "
-            f"{MAX_FUNCTION_NAME_CHARS} characters.",
+            f"Invalid '{param}.name': a tool name is at most {MAX_FUNCTION_NAME_CHARS} characters.",
             f"{param}.name",
             "invalid_value",
         )
-    arguments = require_str(raw, "arguments", param)
     item_id = raw.get("id")
     if item_id is not None and not isinstance(item_id, str):
         raise invalid_type(f"{param}.id", "a string")
-    item = {
-        "id": item_id or new_id("fc"),
-        "type": "function_call",
+    return {
+        "id": item_id or new_id(prefix),
+        "type": kind,
         "call_id": call_id,
         "name": name,
-        "arguments": arguments,
         "status": "completed",
     }
+
+
+def _with_namespace(call: Item, raw: dict[str, Any], param: str) -> Item:
     namespace = raw.get("namespace")
-    if namespace is not None:  # a call of a namespace tool's function (gateway.tools)
+    if namespace is not None:  # a call of a namespace tool's member (gateway.tools)
         if not isinstance(namespace, str) or len(namespace) > MAX_FUNCTION_NAME_CHARS:
             raise invalid_type(f"{param}.namespace", "a namespace name")
-        item["namespace"] = namespace
-    return item
+        call["namespace"] = namespace
+    return call
 
 
 def _normalize_function_call_output(raw: dict[str, Any], param: str) -> Item:
+    return _normalize_call_output(raw, param, "function_call_output", "fco")
+
+
+def _normalize_call_output(raw: dict[str, Any], param: str, kind: str, prefix: str) -> Item:
     call_id = require_str(raw, "call_id", param)
     output = raw.get("output")
     if isinstance(output, list):
@@ -209,8 +230,8 @@ def _normalize_function_call_output(raw: dict[str, Any], param: str) -> Item:
     if item_id is not None and not isinstance(item_id, str):
         raise invalid_type(f"{param}.id", "a string")
     return {
-        "id": item_id or new_id("fco"),
-        "type": "function_call_output",
+        "id": item_id or new_id(prefix),
+        "type": kind,
         "call_id": call_id,
         "output": output,
         "status": "completed",
@@ -227,17 +248,23 @@ def _normalize_reasoning(raw: dict[str, Any], param: str) -> Item:
     return item
 
 
+# Each kind of tool output, and the kind of call it answers.
+OUTPUT_OF = {"function_call_output": "function_call", "custom_tool_call_output": "custom_tool_call"}
+CALLS = frozenset(OUTPUT_OF.values())
+
+
 def check_call_outputs(
     history: Iterable[Item], new_items: list[Item], param: str = "input"
 ) -> None:
-    """Every function_call_output must answer a function_call seen before it."""
-    known = {item["call_id"] for item in history if item["type"] == "function_call"}
+    """Every tool output must answer a call of its kind seen before it."""
+    known = {(item["type"], item["call_id"]) for item in history if item["type"] in CALLS}
     for i, item in enumerate(new_items):
-        if item["type"] == "function_call":
-            known.add(item["call_id"])
-        elif item["type"] == "function_call_output" and item["call_id"] not in known:
+        if item["type"] in CALLS:
+            known.add((item["type"], item["call_id"]))
+        elif item["type"] in OUTPUT_OF and (OUTPUT_OF[item["type"]], item["call_id"]) not in known:
+            what = "function" if item["type"] == "function_call_output" else "custom tool"
             raise invalid(
-                f"No tool call found for function call output with call_id {item['call_id']}.",
+                f"No tool call found for {what} call output with call_id {item['call_id']}.",
                 f"{param}[{i}].call_id",
                 "invalid_function_call_output",
             )
@@ -301,10 +328,23 @@ def to_proto(items: Iterable[Item], call_names: dict[str, str]) -> list[conversa
                     arguments=item["arguments"],
                 )
             )
-        elif kind == "function_call_output":
+        elif kind == "custom_tool_call":
+            call_names[item["call_id"]] = item["name"]
+            out.append(
+                conversation_pb2.Item(
+                    kind=Kind.FUNCTION_CALL,
+                    custom=True,
+                    id=item["id"],
+                    call_id=item["call_id"],
+                    name=item["name"],
+                    arguments=item["input"],
+                )
+            )
+        elif kind in OUTPUT_OF:
             out.append(
                 conversation_pb2.Item(
                     kind=Kind.FUNCTION_CALL_OUTPUT,
+                    custom=kind == "custom_tool_call_output",
                     id=item["id"],
                     call_id=item["call_id"],
                     name=call_names.get(item["call_id"], ""),

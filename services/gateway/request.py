@@ -75,29 +75,22 @@ class CreateRequest:
         return hashlib.blake2b(blob, digest_size=16).hexdigest()
 
     @functools.cached_property
-    def functions(self) -> list[dict[str, Any]]:
-        """The function tools the model is offered (namespaces flattened; gateway.tools)."""
-        return tools.functions(self.tools)
+    def offered_tools(self) -> list[dict[str, Any]]:
+        """The function and custom tools the model is offered (namespaces flattened;
+        gateway.tools)."""
+        return tools.offered(self.tools)
 
-    def namespace_of(self, function_name: str) -> str | None:
-        """The namespace of the offered function of that name (a call carries it)."""
-        for function in self.functions:
-            if function["name"] == function_name:
-                return function.get("namespace")
+    def called_tool(self, name: str) -> dict[str, Any] | None:
+        """The offered tool a call names (a call carries its namespace and kind)."""
+        for tool in self.offered_tools:
+            if tool["name"] == name:
+                return tool
         return None
 
     @functools.cached_property
     def proto_tools(self) -> list[conversation_pb2.Tool]:
         """The tools as the backends take them (rendering and generation both need them)."""
-        return [
-            conversation_pb2.Tool(
-                name=tool["name"],
-                description=tool.get("description") or "",
-                parameters_json=dump_bytes(tool.get("parameters") or {}, sort_keys=True).decode(),
-                strict=bool(tool.get("strict")),
-            )
-            for tool in self.functions
-        ]
+        return [_proto_tool(tool) for tool in self.offered_tools]
 
     @functools.cached_property
     def proto_text_format(self) -> inference_pb2.TextFormat:
@@ -114,11 +107,11 @@ class CreateRequest:
         )
 
     def tool_choice_name(self) -> str:
-        """tool_choice as the worker's string: auto | none | required | a function name."""
+        """tool_choice as the worker's string: auto | none | required | a tool's name."""
         choice = self.tool_choice
         if isinstance(choice, str):
             return choice
-        if choice.get("type") == "function":
+        if choice.get("type") in ("function", "custom"):
             return choice["name"]
         return choice.get("mode", "auto")  # allowed_tools
 
@@ -149,6 +142,22 @@ def _opt(body: dict[str, Any], key: str, types: type | tuple[type, ...], expecte
     return value
 
 
+def _proto_tool(tool: dict[str, Any]) -> conversation_pb2.Tool:
+    if tool["type"] == "custom":
+        return conversation_pb2.Tool(
+            name=tool["name"],
+            description=tool.get("description") or "",
+            custom=True,
+            format_json=dump_bytes(tool["format"], sort_keys=True).decode(),
+        )
+    return conversation_pb2.Tool(
+        name=tool["name"],
+        description=tool.get("description") or "",
+        parameters_json=dump_bytes(tool.get("parameters") or {}, sort_keys=True).decode(),
+        strict=bool(tool.get("strict")),
+    )
+
+
 def _number(body: dict[str, Any], key: str, low: float, high: float, default: float) -> float:
     value = _opt(body, key, (int, float), "a number")
     if value is None:
@@ -163,7 +172,8 @@ def _number(body: dict[str, Any], key: str, low: float, high: float, default: fl
 
 
 def _tool_choice(raw: Any, offered: list[dict[str, Any]]) -> Any:
-    """``tool_choice``, among the function tools ``offered`` (namespaces flattened)."""
+    """``tool_choice``, among the function and custom tools ``offered`` (namespaces
+    flattened)."""
     if raw is None:
         return "auto"
     if isinstance(raw, str):
@@ -182,17 +192,17 @@ def _tool_choice(raw: Any, offered: list[dict[str, Any]]) -> Any:
         return raw
     if not isinstance(raw, dict):
         raise invalid_type("tool_choice", "a string or an object")
-    if raw.get("type") == "function":
+    if raw.get("type") in ("function", "custom"):
         name = raw.get("name")
         if not isinstance(name, str):
             raise invalid_type("tool_choice.name", "a string")
-        if name not in {t["name"] for t in offered}:
+        if name not in {t["name"] for t in offered if t["type"] == raw["type"]}:
             raise invalid(
-                f"Tool choice '{name}' is not among the given tools.",
+                f"Tool choice '{name}' is not among the given {raw['type']} tools.",
                 "tool_choice.name",
                 "invalid_value",
             )
-        return {"type": "function", "name": name}
+        return {"type": raw["type"], "name": name}
     if raw.get("type") == "allowed_tools":
         mode = raw.get("mode", "auto")
         if mode not in ("auto", "required"):
@@ -456,7 +466,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         previous_response_id=previous,
         conversation=conversation,
         tools=tools_given,
-        tool_choice=_tool_choice(body.get("tool_choice"), tools.functions(tools_given)),
+        tool_choice=_tool_choice(body.get("tool_choice"), tools.offered(tools_given)),
         parallel_tool_calls=True if parallel is None else parallel,
         max_output_tokens=max_output,
         max_tool_calls=max_tool_calls,

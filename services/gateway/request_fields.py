@@ -84,12 +84,15 @@ def max_tool_calls(raw: Any) -> int | None:
 
 
 def allowed_tools(raw: Any, tool_names: set[str]) -> list[dict[str, str]]:
-    """``tool_choice.tools`` of an ``allowed_tools`` choice: function tools among the
-    request's tools, by name."""
+    """``tool_choice.tools`` of an ``allowed_tools`` choice: function and custom tools
+    among the request's tools, by name."""
     if not isinstance(raw, list) or not raw:
         raise invalid_type("tool_choice.tools", "a non-empty array of function tools")
     out = []
-    for param, entry in typed_entries(raw, "tool_choice.tools", "function", "function tools are"):
+    kinds = ("function", "custom")
+    for param, entry in typed_entries(
+        raw, "tool_choice.tools", kinds, "function and custom tools are"
+    ):
         name = entry.get("name")
         if not isinstance(name, str):
             raise invalid_type(f"{param}.name", "a string")
@@ -99,7 +102,7 @@ def allowed_tools(raw: Any, tool_names: set[str]) -> list[dict[str, str]]:
                 f"{param}.name",
                 "invalid_value",
             )
-        out.append({"type": "function", "name": name})
+        out.append({"type": entry["type"], "name": name})
     return out
 
 

@@ -138,6 +138,14 @@ def end_response_span(span: trace.Span, response: dict[str, Any]) -> None:
         if usage := response.get("usage"):
             span.set_attribute("gen_ai.usage.input_tokens", usage["input_tokens"])
             span.set_attribute("gen_ai.usage.output_tokens", usage["output_tokens"])
+            cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
+            if cached is not None:
+                span.set_attribute("gen_ai.usage.cache_read.input_tokens", cached)
+        # What the turn cost at the gateway (engine: the terminal event's timings).
+        timings = response.get("turnpike") or {}
+        for key in ("overhead_ms", "ttft_ms"):
+            if (value := timings.get(key)) is not None:
+                span.set_attribute(f"turnpike.{key}", value)
         if response["status"] == "failed":
             error = response.get("error") or {}
             span.set_attribute("error.type", error.get("code") or "failed")

@@ -16,7 +16,10 @@ Mapping of items (the choices harmony leaves to us are marked *):
   Responses API clients call system or developer instructions are the developer's role.
 - MESSAGE assistant -> ``assistant`` message on channel ``final``.
 - FUNCTION_CALL -> ``assistant`` message on channel ``commentary`` to ``functions.<name>``,
-  content type ``<|constrain|>json``, content = the arguments text as given.
+  content type ``<|constrain|>json``, content = the arguments text as given. A custom tool's
+  call (``custom``) has no content type: its input is free-form text.
+- A custom tool (*) is described as a function without parameters whose description ends
+  with its input format (the grammar, when it has one).
 - FUNCTION_CALL_OUTPUT -> ``tool`` message from ``functions.<name>`` to ``assistant`` on channel
   ``commentary``. (*) Without a name it comes from ``functions.unknown``: the name is resolved
   from the item alone, never from an earlier FUNCTION_CALL in the request, because a lookup
@@ -46,6 +49,7 @@ from openai_harmony import (
     SystemContent,
     ToolDescription,
 )
+from turnpike import custom_tools
 from turnpike.conversation.v1.conversation_pb2 import Item, Tool
 from turnpike.token_pieces import encode_in_pieces, longest_word
 from turnpike.vocab import harmony_encoding
@@ -97,7 +101,8 @@ def _describe(index: int, item: Item) -> str:
 def tool_description(index: int, tool: Tool) -> ToolDescription:
     if not tool.name:
         raise RenderError(f"tools[{index}]: a function tool needs a name", f"tools[{index}].name")
-    for field, text in (("description", tool.description), ("parameters", tool.parameters_json)):
+    texts = (("description", tool.description), ("parameters", tool.parameters_json))
+    for field, text in (*texts, ("format", tool.format_json)):
         # Harmony encodes tool text whole, in time that grows with the square of a word.
         if (run := longest_word(text)) > MAX_TOOL_WORD:
             raise RenderError(
@@ -105,6 +110,9 @@ def tool_description(index: int, tool: Tool) -> ToolDescription:
                 f"a word boundary; the limit is {MAX_TOOL_WORD}",
                 f"tools[{index}].{field}",
             )
+    if tool.custom:
+        text = custom_tools.describe(tool.description, tool.format_json)
+        return ToolDescription.new(tool.name, text, parameters=None)
     parameters = None
     if tool.parameters_json.strip():
         try:
@@ -137,8 +145,10 @@ def developer_message(instructions: str, tools: Sequence[Tool]) -> Message | Non
 
 
 # What an item's harmony header depends on: its kind, its role (messages) and its function's
-# name (calls and outputs). Items of one shape render alike but for their text.
+# name (calls and outputs). Items of one shape render alike but for their text. A custom
+# tool's call has CUSTOM in the role's place.
 Shape = tuple[int, str, str]
+CUSTOM = "custom"
 
 
 def item_shape(index: int, item: Item) -> Shape:
@@ -153,7 +163,7 @@ def item_shape(index: int, item: Item) -> Shape:
     if item.kind == Item.FUNCTION_CALL:
         if not item.name:
             raise RenderError(f"{_describe(index, item)}: a function_call needs a name")
-        return Item.FUNCTION_CALL, "", item.name
+        return Item.FUNCTION_CALL, CUSTOM if item.custom else "", item.name
     if item.kind == Item.FUNCTION_CALL_OUTPUT:
         return Item.FUNCTION_CALL_OUTPUT, "", item.name or UNKNOWN_FUNCTION
     raise RenderError(f"{_describe(index, item)}: unknown item kind {item.kind}")
@@ -174,12 +184,12 @@ def shaped_message(shape: Shape, text: str) -> Message:
             return Message.from_role_and_content(Role.ASSISTANT, text).with_channel("final")
         return Message.from_role_and_content(Role.DEVELOPER, text)
     if kind == Item.FUNCTION_CALL:
-        return (
+        call = (
             Message.from_role_and_content(Role.ASSISTANT, text)
             .with_channel("commentary")
             .with_recipient(f"functions.{name}")
-            .with_content_type("<|constrain|>json")
         )
+        return call if role == CUSTOM else call.with_content_type("<|constrain|>json")
     return (
         Message.from_author_and_content(Author.new(Role.TOOL, f"functions.{name}"), text)
         .with_recipient("assistant")
@@ -199,7 +209,10 @@ def item_messages(items: Sequence[Item]) -> list[Message]:
 def text_size(instructions: str, tools: Sequence[Tool], items: Sequence[Item]) -> int:
     """Characters a render has to encode, to decide whether it is worth a worker thread."""
     size = len(instructions)
-    size += sum(len(t.name) + len(t.description) + len(t.parameters_json) for t in tools)
+    size += sum(
+        len(t.name) + len(t.description) + len(t.parameters_json) + len(t.format_json)
+        for t in tools
+    )
     size += sum(len(it.text) + len(it.arguments) for it in items)
     return size
 

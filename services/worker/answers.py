@@ -7,14 +7,22 @@ It reads the structured conversation, like a model would:
    ``max_tool_calls`` of 0 outranks it: no call is allowed, so the answer is a message.
    A response holds at most one function call, so ``parallel_tool_calls: false`` and
    any ``max_tool_calls`` of 1 or more always hold.
-2. The last item is a function call output: one message that uses the output(s).
+2. The last item is a tool output: one message that uses the output(s), unless the
+   user's message is a plan (below) with steps left.
 3. Tools are given and ``tool_choice`` is not ``"none"``: a call to the tool whose
-   name and description share the most words with the user's last message, plus one
-   when the message quotes a command and the tool takes one (a required ``cmd``,
-   ``command``, ...: "run `git status`" is for the shell tool, not the one whose
-   description says "status"); ties broken by the seed. Its arguments are valid for its
+   name and description share the most words with the user's last message; when the
+   message quotes a command, among the tools that take one (a required ``cmd``,
+   ``command``, ...: "run `git status`" is for the shell tool, not for Codex's
+   ``update_goal``, whose description says "run" and "status"); ties broken by the seed. Its arguments are valid for its
    JSON Schema: the required properties and the optional ones the message gives
-   (``schema_instance``).
+   (``schema_instance``). A custom tool's call carries free-form input that its grammar
+   accepts (``custom_input``).
+
+   A user message that is a plan, a list of two or more steps ("1. run `ls`", "2. add
+   notes.md with a patch", or "- " items), is followed like an agent follows one: one
+   call per step, in order, each chosen and filled from its step's words, until every
+   step has had its call; then the closing message. A scripted multi-step task (the
+   Codex benchmark's) is such a message.
 4. Otherwise: a short message (about 20 to 60 tokens) of seeded pseudo-text that
    mentions the words of the user's question; when the user asks for a length ("in
    2000 words", "500 tokens"), about that many tokens, so long streams can be tested.
@@ -32,9 +40,7 @@ value. Function calls are unaffected: a call still wins when tools apply.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,7 +49,9 @@ from typing import Any
 from turnpike.conversation.v1 import conversation_pb2
 from turnpike.inference.v1 import inference_pb2
 
+from worker.custom_input import custom_tool_input
 from worker.schema_instance import generate_arguments
+from worker.seeded import stable_rng
 from worker.user_text import COMMAND_WORDS, content_words, find_command, name_words
 
 Item = conversation_pb2.Item
@@ -53,6 +61,9 @@ MIN_TEXT_TOKENS, MAX_TEXT_TOKENS = 20, 60
 VERBOSITY_TOKENS = {"low": (8, 20), "medium": (MIN_TEXT_TOKENS, MAX_TEXT_TOKENS), "high": (60, 150)}
 MAX_REQUESTED_TOKENS = 32_768
 _LENGTH_REQUEST = re.compile(r"\b(\d{1,6})\s*(?:words|tokens)\b", re.IGNORECASE)
+# A step of a plan: a line that starts "1.", "2)" or "- " / "* ".
+_PLAN_STEP = re.compile(r"^\s*(?:\d{1,3}[.)]|[-*])\s+(\S.*)$", re.MULTILINE)
+MAX_PLAN_STEPS = 64
 
 
 class AnswerError(ValueError):
@@ -67,7 +78,8 @@ class MessageAnswer:
 @dataclass(frozen=True)
 class FunctionCallAnswer:
     name: str
-    arguments: str  # JSON text
+    arguments: str  # JSON text; a custom tool's free-form input
+    custom: bool = False
 
 
 Answer = MessageAnswer | FunctionCallAnswer
@@ -101,14 +113,17 @@ def plan_answer(
     if kind not in ("", "text", "json_object", "json_schema"):
         raise AnswerError(f"text format type '{kind}' is not one of text, json_object, json_schema")
     after_tool = bool(items) and items[-1].kind == Item.FUNCTION_CALL_OUTPUT
+    steps = plan_steps(user_text)
+    next_step = calls_since_user(items)
+    if steps and may_call and next_step < len(steps):
+        return call_tool(tools, choice, steps[next_step], seed)
     if after_tool and not forced:
         if kind in ("json_object", "json_schema"):
             words = " ".join([user_text, *tool_outputs(items)])  # what the answer is made of
             return MessageAnswer(structured_text(text_format, words, seed))
         return MessageAnswer(tool_result_text(items, seed, verbosity))
     if may_call:
-        tool = choose_tool(tools, choice, user_text, seed)
-        return FunctionCallAnswer(tool.name, tool_arguments(tool, user_text, seed))
+        return call_tool(tools, choice, user_text, seed)
     if kind == "json_object":
         return MessageAnswer(json_object_text(user_text, seed, count_tokens))
     if kind == "json_schema":
@@ -116,11 +131,20 @@ def plan_answer(
     return MessageAnswer(pseudo_text(user_text, seed, count_tokens, verbosity))
 
 
-def stable_rng(*parts: object) -> random.Random:
-    """The same answer for the same request and seed, across processes (``hash`` is
-    salted per process)."""
-    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
-    return random.Random(int.from_bytes(digest, "big"))
+def plan_steps(user_text: str) -> list[str]:
+    """The steps of a plan (two or more list lines), or [] when the text is not one."""
+    steps = _PLAN_STEP.findall(user_text)[:MAX_PLAN_STEPS]
+    return steps if len(steps) >= 2 else []
+
+
+def calls_since_user(items: Sequence[conversation_pb2.Item]) -> int:
+    """Tool calls made since the last user message: the plan's steps already taken."""
+    calls = 0
+    for item in reversed(items):
+        if item.kind == Item.MESSAGE and item.role == "user":
+            break
+        calls += item.kind == Item.FUNCTION_CALL
+    return calls
 
 
 def last_user_text(items: Sequence[conversation_pb2.Item]) -> str:
@@ -185,13 +209,11 @@ def choose_tool(
     named = [t for t in tools if t.name == choice]
     if named:
         return named[0]
-    asked = _with_singulars({w.lower() for w in content_words(user_text)})
-    quotes_command = find_command(user_text) is not None
-    scores = [
-        len(tool_words(t.name, t.description) & asked)
-        + (quotes_command and takes_command(t.parameters_json))
-        for t in tools
-    ]
+    asked = {w.lower() for w in content_words(user_text)}
+    if find_command(user_text) is not None:
+        # A quoted command is for a tool that runs one, however many words another shares.
+        tools = [t for t in tools if takes_command(t.parameters_json)] or tools
+    scores = [_shared_words(tool_words(t.name, t.description), asked) for t in tools]
     best = [t for t, s in zip(tools, scores, strict=True) if s == max(scores)]
     return best[stable_rng(seed, "tool", user_text).randrange(len(best))]
 
@@ -217,8 +239,43 @@ def takes_command(parameters_json: str) -> bool:
     )
 
 
+def _shared_words(tool: frozenset[str], asked: set[str]) -> int:
+    """The asked words a tool's words hold, each once ("files" matches "file")."""
+    return sum(w in tool or (w.endswith("s") and w[:-1] in tool) for w in asked)
+
+
 def _with_singulars(words: set[str]) -> set[str]:
     return words | {w[:-1] for w in words if w.endswith("s")}  # "files" matches "file"
+
+
+def call_tool(
+    tools: Sequence[conversation_pb2.Tool], choice: str, text: str, seed: int
+) -> FunctionCallAnswer:
+    """A call of the tool ``text`` asks for, filled from ``text``'s words."""
+    tool = choose_tool(tools, choice, text, seed)
+    if tool.custom:
+        return FunctionCallAnswer(tool.name, custom_input(tool, text, seed), custom=True)
+    return FunctionCallAnswer(tool.name, tool_arguments(tool, text, seed))
+
+
+def custom_input(tool: conversation_pb2.Tool, text: str, seed: int) -> str:
+    """Input for a custom tool that its format (text, or a grammar) accepts."""
+    try:
+        fmt = json.loads(tool.format_json) if tool.format_json.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise AnswerError(f"tool '{tool.name}' has invalid format JSON: {exc}") from exc
+    if not isinstance(fmt, dict):
+        raise AnswerError(f"tool '{tool.name}' format must be a JSON object")
+    try:
+        return custom_tool_input(
+            str(fmt.get("type") or "text"),
+            str(fmt.get("syntax") or ""),
+            str(fmt.get("definition") or ""),
+            text,
+            seed,
+        )
+    except ValueError as exc:
+        raise AnswerError(f"tool '{tool.name}': {exc}") from exc
 
 
 def tool_arguments(tool: conversation_pb2.Tool, user_text: str, seed: int) -> str:

@@ -175,6 +175,7 @@ class ChatBackend(ABC):
         mapper = ChunkMapper(
             fallback_input_tokens=token_bytes.count(request.prompt) + max(0, request.image_tokens),
             max_tool_calls=call_limit(request),
+            custom_tool_names=frozenset(t.name for t in request.tools if t.custom),
         )
         reported: ReportedTimings | None = None
         first_delta = last_delta = None

@@ -13,6 +13,11 @@ Request (``chat_params``):
   a run right after an assistant text message joins that message (content + tool_calls
   is how the model produced them: one turn);
 - FUNCTION_CALL_OUTPUT -> ``{"role": "tool", "tool_call_id", "content"}``;
+- custom tools (free-form input; chat completions servers such as vLLM and llama.cpp
+  take function tools only) -> a function whose one ``input`` string parameter is the
+  input, its format told in the parameter's description (``turnpike.custom_tools``): the
+  grammar is described, not enforced. A custom call in the history is sent as that
+  function's call, ``{"input": ...}``;
 - tools -> ``{"type": "function", "function": {name, description?, parameters?,
   strict?}}``; ``tool_choice`` auto | none | required, or a function name ->
   ``{"type": "function", "function": {"name"}}``; both only when there are tools;
@@ -31,7 +36,9 @@ Stream (``ChunkMapper``), one chunk (a ``chat.completion.chunk`` as a dict) at a
 - ``delta.tool_calls`` (by ``index``; an index's first fragment carries ``id`` and
   ``function.name``, later ones argument text) -> one FUNCTION_CALL item per index:
   ItemStarted(call_id, name), a Delta per argument fragment, ItemDone when another item
-  starts or the stream ends. Calls must arrive one index after another (as OpenAI
+  starts or the stream ends. A custom tool's call is held until it ends, then its
+  ``input`` is given as one Delta (arguments that are not ``{"input": string}`` are given
+  as they came). Calls must arrive one index after another (as OpenAI
   streams them; Cerebras sends each call whole): a fragment for a call already closed
   is a protocol error;
 - ``delta.reasoning`` (gpt-oss on Cerebras; ``reasoning_content`` elsewhere) -> a
@@ -54,7 +61,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from turnpike import ids
+from turnpike import custom_tools, ids
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.inference.v1 import inference_pb2 as pb
 
@@ -101,11 +108,14 @@ def chat_messages(instructions: str, items: Iterable[cv.Item]) -> list[dict[str,
             if calls_target is None:
                 calls_target = {"role": "assistant"}
                 messages.append(calls_target)
+            arguments = item.arguments or "{}"
+            if item.custom:
+                arguments = json.dumps({custom_tools.INPUT_PARAMETER: item.arguments})
             calls_target.setdefault("tool_calls", []).append(
                 {
                     "id": item.call_id,
                     "type": "function",
-                    "function": {"name": item.name, "arguments": item.arguments or "{}"},
+                    "function": {"name": item.name, "arguments": arguments},
                 }
             )
             continue
@@ -155,6 +165,10 @@ def chat_tools(tools: Iterable[cv.Tool]) -> list[dict[str, Any]]:
         function: dict[str, Any] = {"name": tool.name}
         if tool.description:
             function["description"] = tool.description
+        if tool.custom:
+            parameters = custom_tools.as_function_parameters(tool.description, tool.format_json)
+            out.append({"type": "function", "function": {**function, "parameters": parameters}})
+            continue
         if tool.parameters_json:
             try:
                 function["parameters"] = json.loads(tool.parameters_json)
@@ -257,8 +271,17 @@ class ChunkMapper:
     """Chunks in, contract events out. ``feed`` each chunk, then ``finish`` (a complete
     stream) or ``abort`` (a broken one: closes the open item)."""
 
-    def __init__(self, fallback_input_tokens: int = 0, max_tool_calls: int | None = None) -> None:
+    def __init__(
+        self,
+        fallback_input_tokens: int = 0,
+        max_tool_calls: int | None = None,
+        custom_tool_names: frozenset[str] = frozenset(),
+    ) -> None:
         self.fallback_input_tokens = fallback_input_tokens
+        self.custom_tool_names = custom_tool_names
+        # The open custom call's argument text and tokens, held until it ends.
+        self._custom_call: list[str] | None = None
+        self._custom_tokens = 0
         # Chat completions has no call limit: calls past it are dropped here.
         self.max_tool_calls = max_tool_calls
         self._dropped_calls: set[int] = set()
@@ -332,17 +355,36 @@ class ChunkMapper:
                 raise StreamProtocolError(f"tool call {index} started without a function name")
             events += self._close()
             call_id = call.get("id") or ids.new_id("call")
-            events.append(
-                _started(
-                    pb.ItemStarted(kind=pb.ItemStarted.FUNCTION_CALL, call_id=call_id, name=name)
-                )
+            custom = name in self.custom_tool_names
+            started = pb.ItemStarted(
+                kind=pb.ItemStarted.FUNCTION_CALL, call_id=call_id, name=name, custom=custom
             )
+            events.append(_started(started))
             self._open, self._call_index = "call", index
+            self._custom_call = [] if custom else None
             self._calls += 1
         arguments = function.get("arguments")
-        if arguments:
+        if arguments and self._custom_call is not None:
+            self._custom_call.append(arguments)
+            self._custom_tokens += tokens[0]
+            self.delta_tokens += tokens[0]
+            tokens[0] = 0
+        elif arguments:
             events.append(self._delta(arguments, tokens))
         return events
+
+    def _custom_input(self) -> list[pb.GenerateEvent]:
+        """The held custom call's input, as one Delta."""
+        held, self._custom_call = self._custom_call or [], None
+        text = "".join(held)
+        try:
+            decoded = json.loads(text)
+        except json.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, dict) and isinstance(decoded.get(custom_tools.INPUT_PARAMETER), str):
+            text = decoded[custom_tools.INPUT_PARAMETER]
+        count, self._custom_tokens = self._custom_tokens, 0
+        return [pb.GenerateEvent(delta=pb.Delta(text=text, tokens=count))] if text else []
 
     def _delta(self, text: str, tokens: list[int]) -> pb.GenerateEvent:
         count, tokens[0] = tokens[0], 0
@@ -352,10 +394,11 @@ class ChunkMapper:
     def _close(self) -> list[pb.GenerateEvent]:
         if self._open is None:
             return []
+        events = self._custom_input() if self._custom_call is not None else []
         if self._open == "call" and self._call_index is not None:
             self._closed_calls.add(self._call_index)
         self._open, self._call_index = None, None
-        return [pb.GenerateEvent(item_done=pb.ItemDone())]
+        return [*events, pb.GenerateEvent(item_done=pb.ItemDone())]
 
     def abort(self) -> list[pb.GenerateEvent]:
         """Close whatever item is open (the stream broke)."""

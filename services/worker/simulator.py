@@ -178,7 +178,10 @@ class SimulatorBackend:
         if not (reasoning is not None and not tokens and finish_reason == "length"):
             if is_call:
                 started = pb.ItemStarted(
-                    kind=pb.ItemStarted.FUNCTION_CALL, call_id=ids.new_id("call"), name=answer.name
+                    kind=pb.ItemStarted.FUNCTION_CALL,
+                    call_id=ids.new_id("call"),
+                    name=answer.name,
+                    custom=answer.custom,
                 )
             else:
                 started = pb.ItemStarted(kind=pb.ItemStarted.MESSAGE)

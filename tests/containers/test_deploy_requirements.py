@@ -44,7 +44,7 @@ ROOTS = {
     ],
     "safety": ["alt-profanity-check"],
     "tokenizer": ["openai-harmony", "bpe-openai"],
-    "worker": ["openai-harmony", "bpe-openai", "cerebras-cloud-sdk", "openai"],
+    "worker": ["openai-harmony", "bpe-openai", "cerebras-cloud-sdk", "openai", "lark", "regex"],
     "imageres": ["pillow"],
     "router": [],
     "billing": [],

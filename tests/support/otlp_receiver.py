@@ -1,21 +1,26 @@
-"""A test OTLP/gRPC receiver (the collector's TraceService, the real protocol) and the
-trace-shape helpers the tracing tests (local and container) use on what it received."""
+"""A test OTLP/gRPC receiver (``bench.otlp``'s, the collector's TraceService over the real
+protocol, which fails the test when spans do not arrive) and the trace-shape helpers the
+tracing tests (local and container) use on what it received."""
 
 from __future__ import annotations
 
-import threading
+import sys
 import time
 from collections.abc import Callable
-from concurrent import futures
-from dataclasses import dataclass
+from pathlib import Path
 
-import grpc
 import pytest
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-from opentelemetry.proto.trace.v1 import trace_pb2
 
-SERVER = trace_pb2.Span.SPAN_KIND_SERVER
-CLIENT = trace_pb2.Span.SPAN_KIND_CLIENT
+# bench/ is not installed: it is imported from the repository's root.
+_ROOT = str(Path(__file__).resolve().parents[2])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from bench import otlp  # noqa: E402
+from bench.otlp import CLIENT, SERVER, Span  # noqa: E402
+
+__all__ = ["CLIENT", "RPC", "SERVER", "Receiver", "Span"]
+
 SPAN_WAIT_S = 30.0
 
 RPC = {
@@ -29,85 +34,10 @@ RPC = {
 }
 
 
-@dataclass(frozen=True)
-class Span:
-    service: str
-    instance: str  # service.instance.id ("" when not set)
-    name: str
-    kind: int
-    trace_id: str
-    span_id: str
-    parent_id: str  # "" for a root
-    attributes: dict
-    links: tuple[tuple[str, str], ...]  # (trace id, span id)
-    start_ns: int = 0
-    end_ns: int = 0
-    # Its events (name and attributes: a recorded exception's message) and status message.
-    events: tuple[tuple[str, dict], ...] = ()
-    status_message: str = ""
-
-
-def _value(any_value) -> object:
-    kind = any_value.WhichOneof("value")
-    return getattr(any_value, kind) if kind else None
-
-
-class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
+class Receiver(otlp.Receiver):
     def __init__(self, wait_s: float = SPAN_WAIT_S) -> None:
+        super().__init__()
         self.wait_s = wait_s
-        self._lock = threading.Lock()
-        self._spans: list[Span] = []
-        self._server: grpc.Server | None = None
-        self.port = 0
-
-    # -- the OTLP service ----------------------------------------------------------------
-
-    def Export(self, request, context):
-        received = []
-        for resource_spans in request.resource_spans:
-            resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    received.append(
-                        Span(
-                            service=str(resource.get("service.name")),
-                            instance=str(resource.get("service.instance.id") or ""),
-                            name=span.name,
-                            kind=span.kind,
-                            trace_id=span.trace_id.hex(),
-                            span_id=span.span_id.hex(),
-                            parent_id=span.parent_span_id.hex(),
-                            attributes={a.key: _value(a.value) for a in span.attributes},
-                            links=tuple((ln.trace_id.hex(), ln.span_id.hex()) for ln in span.links),
-                            start_ns=span.start_time_unix_nano,
-                            end_ns=span.end_time_unix_nano,
-                            events=tuple(
-                                (e.name, {a.key: _value(a.value) for a in e.attributes})
-                                for e in span.events
-                            ),
-                            status_message=span.status.message,
-                        )
-                    )
-        with self._lock:
-            self._spans.extend(received)
-        return trace_service_pb2.ExportTraceServiceResponse()
-
-    def start(self, host: str) -> int:
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(self, self._server)
-        self.port = self._server.add_insecure_port(f"{host}:0")
-        self._server.start()
-        return self.port
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop(0)
-
-    # -- reading -----------------------------------------------------------------------------
-
-    def spans(self) -> list[Span]:
-        with self._lock:
-            return list(self._spans)
 
     def wait_for(self, what: str, found: Callable[[list[Span]], object]) -> object:
         """Poll until ``found(spans)`` is truthy (it is then returned), or fail."""

@@ -76,3 +76,27 @@ def ask_over_websocket(ws_url: str, api_key: str, timeout: float) -> dict[str, A
             event = json.loads(sock.recv(timeout=timeout))
             if event["type"] in TERMINAL_WS_EVENTS:
                 return event
+
+
+# The Lark grammar of the Codex CLI's freeform apply_patch tool (codex-rs
+# tool_apply_patch.lark), as its models declare it.
+APPLY_PATCH_GRAMMAR = """start: begin_patch hunk+ end_patch
+begin_patch: "*** Begin Patch" LF
+end_patch: "*** End Patch" LF?
+
+hunk: add_hunk | delete_hunk | update_hunk
+add_hunk: "*** Add File: " filename LF add_line+
+delete_hunk: "*** Delete File: " filename LF
+update_hunk: "*** Update File: " filename LF change_move? change?
+
+filename: /(.+)/
+add_line: "+" /(.*)/ LF -> line
+
+change_move: "*** Move to: " filename LF
+change: (change_context | change_line)+ eof_line?
+change_context: ("@@" | "@@ " /(.+)/) LF
+change_line: ("+" | "-" | " ") /(.*)/ LF
+eof_line: "*** End of File" LF
+
+%import common.LF
+"""

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+turnpike/conversation/v1/conversation.proto\x12\x18turnpike.conversation.v1\"\x9c\x02\n\x04Item\x12\x31\n\x04kind\x18\x01 \x01(\x0e\x32#.turnpike.conversation.v1.Item.Kind\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x05 \x01(\t\x12\x0c\n\x04name\x18\x06 \x01(\t\x12\x11\n\targuments\x18\x07 \x01(\t\x12/\n\x06images\x18\x08 \x03(\x0b\x32\x1f.turnpike.conversation.v1.Image\"V\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0b\n\x07MESSAGE\x10\x01\x12\x11\n\rFUNCTION_CALL\x10\x02\x12\x18\n\x14\x46UNCTION_CALL_OUTPUT\x10\x03\"5\n\x05Image\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x0f\n\x07\x66ile_id\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"R\n\x04Tool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\x12\x0e\n\x06strict\x18\x04 \x01(\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+turnpike/conversation/v1/conversation.proto\x12\x18turnpike.conversation.v1\"\xac\x02\n\x04Item\x12\x31\n\x04kind\x18\x01 \x01(\x0e\x32#.turnpike.conversation.v1.Item.Kind\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x05 \x01(\t\x12\x0c\n\x04name\x18\x06 \x01(\t\x12\x11\n\targuments\x18\x07 \x01(\t\x12/\n\x06images\x18\x08 \x03(\x0b\x32\x1f.turnpike.conversation.v1.Image\x12\x0e\n\x06\x63ustom\x18\t \x01(\x08\"V\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0b\n\x07MESSAGE\x10\x01\x12\x11\n\rFUNCTION_CALL\x10\x02\x12\x18\n\x14\x46UNCTION_CALL_OUTPUT\x10\x03\"5\n\x05Image\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x0f\n\x07\x66ile_id\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"w\n\x04Tool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\x12\x0e\n\x06strict\x18\x04 \x01(\x08\x12\x0e\n\x06\x63ustom\x18\x05 \x01(\x08\x12\x13\n\x0b\x66ormat_json\x18\x06 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,11 +32,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'turnpike.conversation.v1.co
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ITEM']._serialized_start=74
-  _globals['_ITEM']._serialized_end=358
-  _globals['_ITEM_KIND']._serialized_start=272
-  _globals['_ITEM_KIND']._serialized_end=358
-  _globals['_IMAGE']._serialized_start=360
-  _globals['_IMAGE']._serialized_end=413
-  _globals['_TOOL']._serialized_start=415
-  _globals['_TOOL']._serialized_end=497
+  _globals['_ITEM']._serialized_end=374
+  _globals['_ITEM_KIND']._serialized_start=288
+  _globals['_ITEM_KIND']._serialized_end=374
+  _globals['_IMAGE']._serialized_start=376
+  _globals['_IMAGE']._serialized_end=429
+  _globals['_TOOL']._serialized_start=431
+  _globals['_TOOL']._serialized_end=550
 # @@protoc_insertion_point(module_scope)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Item(_message.Message):
-    __slots__ = ("kind", "id", "role", "text", "call_id", "name", "arguments", "images")
+    __slots__ = ("kind", "id", "role", "text", "call_id", "name", "arguments", "images", "custom")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[Item.Kind]
@@ -27,6 +27,7 @@ class Item(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
+    CUSTOM_FIELD_NUMBER: _ClassVar[int]
     kind: Item.Kind
     id: str
     role: str
@@ -35,7 +36,8 @@ class Item(_message.Message):
     name: str
     arguments: str
     images: _containers.RepeatedCompositeFieldContainer[Image]
-    def __init__(self, kind: _Optional[_Union[Item.Kind, str]] = ..., id: _Optional[str] = ..., role: _Optional[str] = ..., text: _Optional[str] = ..., call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ..., images: _Optional[_Iterable[_Union[Image, _Mapping]]] = ...) -> None: ...
+    custom: bool
+    def __init__(self, kind: _Optional[_Union[Item.Kind, str]] = ..., id: _Optional[str] = ..., role: _Optional[str] = ..., text: _Optional[str] = ..., call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ..., images: _Optional[_Iterable[_Union[Image, _Mapping]]] = ..., custom: _Optional[bool] = ...) -> None: ...
 
 class Image(_message.Message):
     __slots__ = ("url", "file_id", "detail")
@@ -48,13 +50,17 @@ class Image(_message.Message):
     def __init__(self, url: _Optional[str] = ..., file_id: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Tool(_message.Message):
-    __slots__ = ("name", "description", "parameters_json", "strict")
+    __slots__ = ("name", "description", "parameters_json", "strict", "custom", "format_json")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
     STRICT_FIELD_NUMBER: _ClassVar[int]
+    CUSTOM_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     parameters_json: str
     strict: bool
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ..., strict: _Optional[bool] = ...) -> None: ...
+    custom: bool
+    format_json: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ..., strict: _Optional[bool] = ..., custom: _Optional[bool] = ..., format_json: _Optional[str] = ...) -> None: ...

@@ -97,7 +97,7 @@ class GenerateEvent(_message.Message):
     def __init__(self, item_started: _Optional[_Union[ItemStarted, _Mapping]] = ..., delta: _Optional[_Union[Delta, _Mapping]] = ..., item_done: _Optional[_Union[ItemDone, _Mapping]] = ..., finished: _Optional[_Union[Finished, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
 
 class ItemStarted(_message.Message):
-    __slots__ = ("kind", "call_id", "name")
+    __slots__ = ("kind", "call_id", "name", "custom")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[ItemStarted.Kind]
@@ -111,10 +111,12 @@ class ItemStarted(_message.Message):
     KIND_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    CUSTOM_FIELD_NUMBER: _ClassVar[int]
     kind: ItemStarted.Kind
     call_id: str
     name: str
-    def __init__(self, kind: _Optional[_Union[ItemStarted.Kind, str]] = ..., call_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+    custom: bool
+    def __init__(self, kind: _Optional[_Union[ItemStarted.Kind, str]] = ..., call_id: _Optional[str] = ..., name: _Optional[str] = ..., custom: _Optional[bool] = ...) -> None: ...
 
 class Delta(_message.Message):
     __slots__ = ("text", "tokens", "summary")
