@@ -7,8 +7,8 @@ PY     := $(VENV)/bin/python
 PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv protos ports run test lint format lock clean images up down logs ps bench-services bench bench-load \
-	bench-fairness bench-overload bench-pdf bench-codex soak chaos openapi fuzz
+.PHONY: help venv protos ports settings run test lint format lock clean images up down logs ps bench-services bench bench-load \
+	bench-fairness bench-overload bench-pdf bench-codex soak chaos openapi fuzz docs
 
 help:
 	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1)"
@@ -16,7 +16,9 @@ help:
 	@echo "make protos  regenerate gRPC stubs from protos/"
 	@echo "make openapi  regenerate services/gateway/openapi.json from specs/ (served at /openapi.json)"
 	@echo "make ports   write the ports of services/turnpike/catalogue.py into .env and deploy/k8s"
-	@echo "make lint    ruff check and format check"
+	@echo "make settings  write the settings declared in services/turnpike/config.py into .env, deploy/k8s and docs/settings.md"
+	@echo "make lint    ruff check and format check, mypy"
+	@echo "make docs    check that every link and anchor of README.md and docs/ resolves (offline)"
 	@echo "make up      the stack as containers (builds what is missing, waits until healthy); make down|ps|logs"
 	@echo "make images  build the container images (no registry needed)"
 	@echo "make bench-services  benchmark each backend service (results in bench/results/services/)"
@@ -53,14 +55,26 @@ openapi: venv
 ports: venv
 	$(PY) scripts/gen_ports.py
 
+# Settings are declared in services/turnpike/config.py (type, range, default, description);
+# .env's settings block, the Kubernetes ConfigMap and docs/settings.md get theirs from it
+# (a test fails when they are stale).
+settings: venv
+	$(PY) scripts/gen_settings.py
+
 run: venv
 	$(PY) -m devstack
+
+# The documentation is plain Markdown (README.md, docs/); building it means checking it:
+# every relative link, image and anchor must resolve. Standard library only, no network.
+docs:
+	$(PYTHON) scripts/check_docs.py
 
 # With a Docker engine, the images come first: the container tests (tests/containers) run
 # against them. Without one, those tests are skipped and say why.
 test: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory images; \
 	else echo "No Docker engine answers: the container tests will be skipped."; fi
 	$(PY) -m pytest
@@ -141,9 +155,12 @@ fuzz: venv
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -p no:cacheprovider --timeout=0 \
 		tests/test_fuzz_http.py tests/test_fuzz_websocket.py tests/test_fuzz_grpc.py
 
+# mypy's settings are in pyproject.toml ([tool.mypy]): services/ and bench/ checked, the
+# pure modules strict. Its cache (.mypy_cache) makes a second run take seconds.
 lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 format: venv
 	$(PY) -m ruff check --fix .

@@ -1,5 +1,5 @@
-"""The container numbers of the README: image sizes, time from `up` to healthy, and each
-container's memory under a light load.
+"""The container numbers of docs/deployment.md ("Measured here"): image sizes, time from
+`up` to healthy, and each container's memory under a light load.
 
     .venv/bin/python deploy/measure.py          # after `make images`; uses its own project
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from devstack import LocalStack, StackConfig, StackEndpoints, StackError
 from gateway.engine import ResponseEngine
+from support.billing_standin import recording_outbox
 from support.gateway_standins import StandIns, resources
 from support.procs import free_port, start_service
 
@@ -106,4 +107,4 @@ def backends() -> StandIns:
 @pytest.fixture
 def engine(backends: StandIns) -> ResponseEngine:
     """A response engine over ``backends``, an in-memory store and fresh caches."""
-    return ResponseEngine(resources(backends), outbox=None)
+    return ResponseEngine(resources(backends), outbox=recording_outbox())

@@ -16,38 +16,46 @@ from turnpike.config import (
     Endpoints,
     GatewaySettings,
     GrpcServerSettings,
-    env_bool,
-    env_float,
-    env_int,
     log_level,
 )
+from turnpike.config_model import EnvSettings, Flag, Integer, Number, setting
 
 # -- the readers -------------------------------------------------------------------------
 
 
+class Sample(EnvSettings):
+    """One variable of each kind, as services declare them."""
+
+    count: Integer = setting("TURNPIKE_SAMPLE_COUNT", 3)
+    rate: Number = setting("TURNPIKE_SAMPLE_RATE", 0.5)
+    flag: Flag = setting("TURNPIKE_SAMPLE_FLAG", True)
+
+
 @pytest.mark.parametrize(
-    "reader, raw, problem",
+    "variable, raw, problem",
     [
-        (env_int, "12k", "not an integer"),
-        (env_float, "fast", "not a number"),
-        (env_bool, "maybe", "not a boolean"),
+        ("TURNPIKE_SAMPLE_COUNT", "12k", "not an integer"),
+        ("TURNPIKE_SAMPLE_RATE", "fast", "not a number"),
+        ("TURNPIKE_SAMPLE_FLAG", "maybe", "not a boolean"),
     ],
 )
-def test_a_malformed_value_is_named_with_its_variable(monkeypatch, reader, raw, problem):
-    monkeypatch.setenv("TURNPIKE_SOMETHING", raw)
+def test_a_malformed_value_is_named_with_its_variable(monkeypatch, variable, raw, problem):
+    monkeypatch.setenv(variable, raw)
     with pytest.raises(ConfigError) as caught:
-        reader("TURNPIKE_SOMETHING", 1)
-    assert str(caught.value).startswith(f"TURNPIKE_SOMETHING={raw!r}: {problem}")
+        Sample()
+    assert str(caught.value).startswith(f"{variable}={raw!r}: {problem}")
 
 
 def test_readers_keep_their_defaults_and_read_good_values(monkeypatch):
-    monkeypatch.setenv("TURNPIKE_EMPTY", "")
-    assert env_int("TURNPIKE_EMPTY", 3) == 3 and env_bool("TURNPIKE_EMPTY", True) is True
-    monkeypatch.setenv("TURNPIKE_N", " 42 ")
-    assert env_int("TURNPIKE_N", 0) == 42 and env_float("TURNPIKE_N", 0.0) == 42.0
+    monkeypatch.setenv("TURNPIKE_SAMPLE_COUNT", "")
+    monkeypatch.setenv("TURNPIKE_SAMPLE_FLAG", " ")
+    assert (Sample().count, Sample().flag) == (3, True)
+    monkeypatch.setenv("TURNPIKE_SAMPLE_COUNT", " 42 ")
+    monkeypatch.setenv("TURNPIKE_SAMPLE_RATE", " 42 ")
+    assert (Sample().count, Sample().rate) == (42, 42.0)
     for raw, value in (("Yes", True), ("on", True), ("0", False), ("FALSE", False)):
-        monkeypatch.setenv("TURNPIKE_FLAG", raw)
-        assert env_bool("TURNPIKE_FLAG", not value) is value
+        monkeypatch.setenv("TURNPIKE_SAMPLE_FLAG", raw)
+        assert Sample().flag is value
 
 
 @pytest.mark.parametrize("raw", ["0", "65536", "-1", "http"])

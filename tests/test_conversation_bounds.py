@@ -38,6 +38,7 @@ from gateway.stages import Resources
 from gateway.store import StoredResponse
 from gateway.store_memory import InMemoryResponseStore
 from gateway.token_cache import TokenCache
+from support.billing_standin import recording_outbox
 from support.gateway_process import start_gateway, stop
 from support.gateway_standins import StandIns, context, create, message, prepare
 from support.openresponses import validate_error_body
@@ -393,7 +394,7 @@ def engine_with(store: InMemoryConversationStore) -> tuple[ResponseEngine, Stand
         Limits(),
         conversations=store,
     )
-    return ResponseEngine(resources, outbox=None), backends
+    return ResponseEngine(resources, outbox=recording_outbox()), backends
 
 
 def no_backend_called(backends: StandIns) -> None:

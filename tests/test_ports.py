@@ -58,11 +58,11 @@ def test_moving_every_port_in_the_catalogue_leaves_no_old_port_behind():
     assert all(w.endswith(f":{worker_port}") for w in config["TURNPIKE_WORKERS"].split(","))
 
 
-def test_the_readme_table_shows_the_catalogue_ports():
-    readme = (ROOT / "README.md").read_text()
+def test_the_service_table_of_the_docs_shows_the_catalogue_ports():
+    page = (ROOT / "docs" / "architecture.md").read_text()
     for svc in SERVICES:
         if svc is WORKER:
             row = f"| worker-1, worker-2 | {svc.port}, {svc.port + 1} |"
         else:
             row = f"| {svc.name} | {svc.port}"
-        assert row in readme, f"README's service table: {row!r}"
+        assert row in page, f"the service table of docs/architecture.md: {row!r}"

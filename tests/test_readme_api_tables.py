@@ -1,5 +1,5 @@
-"""The README's API tables ("What the API serves") list every route the gateway serves,
-with its methods, and every create-request field of the Open Responses spec and the
+"""The API tables of docs/api.md ("What the API serves") list every route the gateway
+serves, with its methods, and every create-request field of the Open Responses spec and the
 openai SDK: a route or field added without its row fails here."""
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ PLACEHOLDER = re.compile(r"\{[^}]*\}")
 
 
 def section() -> str:
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("## What the API serves")
-    return readme[start : readme.index("\n## ", start + 1)]
+    """The page's opening section, which holds both tables (up to its first subsection)."""
+    page = (ROOT / "docs" / "api.md").read_text()
+    start = page.index("# What the API serves")
+    return page[start : page.index("\n## ", start + 1)]
 
 
 def table_rows(first_header: str) -> list[list[str]]:
@@ -50,7 +51,7 @@ def test_every_route_is_in_the_endpoint_table_with_its_methods():
         for route in module.router.routes:
             path = PLACEHOLDER.sub("{}", route.path)
             methods = getattr(route, "methods", None) or {"WEBSOCKET"}
-            assert path in listed, f"{route.path} is not in the README's endpoint table"
+            assert path in listed, f"{route.path} is not in the endpoint table of docs/api.md"
             assert methods <= listed[path], f"{route.path}: {methods - listed[path]} not listed"
 
 
@@ -61,6 +62,6 @@ def test_every_create_field_is_in_the_field_table():
     ws_create = typing.get_type_hints(responses_client_event_param.ResponseCreate)
     fields |= set(ws_create) - {"type"}
     listed = {name.split(".")[0] for row in table_rows("field") for name in ticked(row[0])}
-    assert fields - listed == set(), "create fields missing from the README's field table"
+    assert fields - listed == set(), "create fields missing from the field table of docs/api.md"
     for row in table_rows("field"):
         assert row[1] in ("honoured", "echoed", "accepted", "refused"), row

@@ -1,5 +1,5 @@
-"""The billing service's metrics (README, "Backend metrics"): what reaches the ledger, and
-what its group commits cost."""
+"""The billing service's metrics (docs/observability.md, "Backend metrics"): what reaches
+the ledger, and what its group commits cost."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ def stack_env(config: StackConfig) -> dict[str, str]:
         "TURNPIKE_ALLOW_PIPELINE_OVERRIDE": "true",
     }
     for backend in BACKENDS:
+        assert backend.address_variable is not None  # what makes it one of BACKENDS
         port = config.port(backend.name)
         env[backend.port_variable] = str(port)
         env[backend.address_variable] = config.address(port)

@@ -79,8 +79,9 @@ def serve(settings: GatewaySettings) -> None:
         # The two protocols bound slow clients (gateway.http_protocol): httptools with a
         # bound on the time a request's head may take (slowloris), and both abort a
         # connection whose client stopped reading.
-        ws=functools.partial(BoundedWSProtocol, write_stall_s=settings.write_stall_s),
-        http=functools.partial(
+        # uvicorn calls these as it would call the classes its types ask for.
+        ws=functools.partial(BoundedWSProtocol, write_stall_s=settings.write_stall_s),  # type: ignore[arg-type]
+        http=functools.partial(  # type: ignore[arg-type]
             HeadTimeoutProtocol,
             head_timeout_s=settings.header_timeout_s,
             write_stall_s=settings.write_stall_s,

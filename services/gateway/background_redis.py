@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 
 from redis import asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -125,11 +126,11 @@ class SharedBackground:
     async def request_cancel(self, tenant: str, response_id: str) -> None:
         await self._redis.publish(self._channel, f"{tenant}\n{response_id}")
 
-    def listen(self, on_cancel: Callable[[str, str], Awaitable[object]]) -> None:
+    def listen(self, on_cancel: Callable[[str, str], Coroutine[Any, Any, object]]) -> None:
         """Call ``on_cancel(tenant, response_id)`` for every cancel any replica publishes."""
         self._listener = asyncio.create_task(self._listen(on_cancel))
 
-    async def _listen(self, on_cancel: Callable[[str, str], Awaitable[object]]) -> None:
+    async def _listen(self, on_cancel: Callable[[str, str], Coroutine[Any, Any, object]]) -> None:
         """Not ``pubsub.listen()``: when the connection dies of a timeout (its TCP
         keepalive gives up on a Redis cut off the network, 45 s after the last traffic),
         the socket's error is a TimeoutError, which redis-py's read takes for "no message

@@ -33,14 +33,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 from google.protobuf import text_format
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode
-from turnpike.billing.v1 import billing_pb2, billing_pb2_grpc
+from turnpike.billing.v1 import billing_pb2
 
 from gateway import metrics
 
@@ -59,10 +61,22 @@ class QueuedUsage:
     origin: SpanContext = trace.INVALID_SPAN_CONTEXT
 
 
+class BillingRpc(Protocol):
+    """The calls the outbox makes: billing's ``BillingStub``, or a stand-in for it."""
+
+    def RecordUsage(
+        self, request: billing_pb2.UsageEvent, /, timeout: float | None = ...
+    ) -> Awaitable[billing_pb2.RecordUsageResponse]: ...
+
+    def RecordUsageBatch(
+        self, request: billing_pb2.RecordUsageBatchRequest, /, timeout: float | None = ...
+    ) -> Awaitable[billing_pb2.RecordUsageBatchResponse]: ...
+
+
 class BillingOutbox:
     def __init__(
         self,
-        stub: billing_pb2_grpc.BillingStub,
+        stub: BillingRpc,
         max_events: int = 100_000,
         timeout_s: float = 5.0,
         max_backoff_s: float = 5.0,

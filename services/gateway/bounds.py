@@ -2,7 +2,7 @@
 
 Each bound answers a hostile or broken client with a 400 naming the parameter, long
 before a stage whose cost grows with the input (the tokenizer's regex, the safety
-classifier, a gRPC message) is reached (README, "Bounds on input"):
+classifier, a gRPC message) is reached (docs/tenants-and-limits.md, "Bounds on input"):
 
 - nesting: JSON deeper than ``MAX_JSON_DEPTH`` levels (no request of this API needs more);
 - characters: the strings of a create request (``input``, ``instructions``, tools...)
@@ -38,8 +38,11 @@ def _too_deep(param: str | None) -> Exception:
 def check_depth(raw: bytes | str, body: Any) -> None:
     """Refuse ``body`` (parsed from ``raw``) when nested deeper than MAX_JSON_DEPTH.
     A body with fewer brackets than that cannot be, and is not walked."""
-    opening = (b"[", b"{") if isinstance(raw, bytes) else ("[", "{")
-    if raw.count(opening[0]) + raw.count(opening[1]) <= MAX_JSON_DEPTH:
+    if isinstance(raw, bytes):
+        brackets = raw.count(b"[") + raw.count(b"{")
+    else:
+        brackets = raw.count("[") + raw.count("{")
+    if brackets <= MAX_JSON_DEPTH:
         return
     # Iterative: the point is to never recurse as deep as the client nested.
     stack: list[tuple[Any, int, str | None]] = [(body, 1, None)]

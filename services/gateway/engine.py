@@ -498,6 +498,7 @@ class ResponseEngine:
                 prompt = prepared.prompt
                 whole = prompt is not None and not prompt.truncated
                 if continuable and policy.keep_rendered_tokens and whole:
+                    assert prompt is not None  # whole says so
                     self.res.token_cache.put(ctx.tenant, response["id"], prompt.rendered)
                 if continuable and cache is not None:
                     cache.put(response["id"], self._next_state(prepared, generation))

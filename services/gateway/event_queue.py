@@ -35,7 +35,7 @@ class ResponseEventQueue:
         self._mergeable: Event | None = None  # the newest waiting delta
         # Also given every event as it is emitted (a background response's resume
         # buffer); its events are never merged afterwards.
-        self.sink: Callable[[Event], None] | None = None
+        self.sink: Callable[[Event], object] | None = None
         # Set by the transport when its client went away before the end: the engine then
         # stops a foreground response's generation (a background one goes on).
         self.abandoned = asyncio.Event()
@@ -50,7 +50,7 @@ class ResponseEventQueue:
         self._mergeable = event if event["type"] in DELTA_TYPES else None
         self._ready.set()
 
-    def merge_delta(self, item_id: str, text: str) -> bool:
+    def merge_delta(self, item_id: str | None, text: str) -> bool:
         """Append ``text`` to the newest waiting delta of ``item_id``, if there is one."""
         waiting = self._mergeable
         if waiting is None or self.sink is not None or waiting["item_id"] != item_id:

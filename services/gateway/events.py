@@ -162,7 +162,7 @@ class ResponseEvents:
         self._text.append(text)
         if item["type"] in ("message", "reasoning"):
             kind = "output_text" if item["type"] == "message" else "reasoning_text"
-            extra = {"logprobs": []} if item["type"] == "message" else {}
+            extra: dict[str, Any] = {"logprobs": []} if item["type"] == "message" else {}
             return self._event(
                 f"response.{kind}.delta",
                 item_id=item["id"],
@@ -262,7 +262,7 @@ class ResponseEvents:
             ]
         return events
 
-    def _on(self, item: dict[str, Any], index: int):
+    def _on(self, item: dict[str, Any], index: int) -> Callable[..., Event]:
         """An event builder for one output item's events."""
         return lambda kind, **fields: self._event(
             kind, item_id=item["id"], output_index=index, **fields

@@ -90,8 +90,8 @@ async def create_response(request: Request) -> Response:
             if event["type"] != "response.created":
                 return JSONResponse(event["response"], headers=ctx.admission.headers)
     if create.stream:
-        # The headers leave before the turn ends: the overhead header holds the time
-        # so far (preparation), the terminal event the whole turn's (README, metrics).
+        # The headers leave before the turn ends: the overhead header holds the time so far
+        # (preparation), the terminal event the whole turn's (docs/observability.md, metrics).
         return StreamingResponse(
             sse_stream(queue),
             media_type="text/event-stream",

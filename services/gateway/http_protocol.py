@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.wsproto_impl import WSProtocol
@@ -85,7 +86,7 @@ class BoundedWSProtocol(WriteStallMixin, WSProtocol):
     """uvicorn's wsproto protocol, aborting a socket whose client stopped reading, and
     failing a connection that breaks the protocol with a close frame."""
 
-    def __init__(self, *args, write_stall_s: float, **kwargs) -> None:
+    def __init__(self, *args: Any, write_stall_s: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.write_stall_s = write_stall_s
 
@@ -105,7 +106,9 @@ class HeadTimeoutProtocol(WriteStallMixin, HttpToolsProtocol):
     or whose client stopped reading. The bounds are given by a ``functools.partial``
     (``gateway.__main__``), which uvicorn calls as it would call the class."""
 
-    def __init__(self, *args, head_timeout_s: float, write_stall_s: float, **kwargs) -> None:
+    def __init__(
+        self, *args: Any, head_timeout_s: float, write_stall_s: float, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.head_timeout_s = head_timeout_s
         self.write_stall_s = write_stall_s

@@ -154,10 +154,10 @@ def _part(raw: Any, role: str, param: str) -> dict[str, Any]:
         if "text" in raw and "file_data" not in raw:  # canonical: from the store, or re-sent
             if not isinstance(raw["text"], str):
                 raise invalid_type(f"{param}.text", "a string")
-            name = raw.get("filename")
+            filename = raw.get("filename")
             return {
                 "type": "input_file",
-                "filename": name if isinstance(name, str) else "file",
+                "filename": filename if isinstance(filename, str) else "file",
                 "text": raw["text"],
             }
         return input_files.normalize_file_part(raw, param)

@@ -1,4 +1,4 @@
-"""The gateway's metrics: every name it exports, in one place (README, "Metrics").
+"""The gateway's metrics: every name it exports, in one place (docs/observability.md, "Metrics").
 
 Labels stay bounded: ``model`` is a model the router knows (``unknown`` before one is
 resolved), ``tenant`` a tenant of the configured keys, ``pipeline`` one of three and

@@ -22,6 +22,8 @@ from gateway.errors import ApiError
 from gateway.metrics import GEN_AI_OPERATION
 
 if TYPE_CHECKING:
+    from fastapi.telemetry import TelemetryConfig
+
     from gateway.request_context import RequestContext
 
 tracer = trace.get_tracer("turnpike.gateway")
@@ -44,7 +46,7 @@ def _untraced(scope: MutableMapping[str, Any]) -> bool:
 # FastAPI's native telemetry (used only once a tracer provider is installed): a server
 # span per HTTP request, parented by an incoming ``traceparent``. Export is configured by
 # ``turnpike.telemetry`` alone, from the OTEL_* variables.
-FASTAPI_TELEMETRY: dict[str, Any] = {
+FASTAPI_TELEMETRY: TelemetryConfig = {
     "tracing": True,
     "operation_spans": False,
     "metrics": False,

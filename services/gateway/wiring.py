@@ -97,12 +97,11 @@ class Gateway:
 
     async def start(self) -> None:
         self.outbox.start()
-        if self.engine.background.shared is not None:
+        shared = self.engine.background.shared
+        if shared is not None:
             # Another replica's cancel or delete: stop the response if it runs here.
             engine = self.engine
-            engine.background.shared.listen(
-                lambda tenant, rid: engine.stop(tenant, rid, STOP_WAIT_S)
-            )
+            shared.listen(lambda tenant, rid: engine.stop(tenant, rid, STOP_WAIT_S))
 
     async def stop(self, grace_s: float = 10.0) -> None:
         await self.engine.drain(grace_s)

@@ -26,6 +26,7 @@ async def worker_events(stream: Any, silence_s: float) -> AsyncIterator[Any]:
     loop = asyncio.get_running_loop()
     heard = loop.time()
     silent = False
+    timer: asyncio.TimerHandle  # bound below, before check can run
 
     def check() -> None:
         nonlocal timer, silent

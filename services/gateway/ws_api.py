@@ -106,9 +106,9 @@ class Connection:
                 await self.send(err.ws_event(lane))
                 return
             except StoreUnavailable:
-                err = store_unavailable()
-                access.failed(err)
-                await self.send(err.ws_event(lane))
+                unavailable = store_unavailable()
+                access.failed(unavailable)
+                await self.send(unavailable.ws_event(lane))
                 return
             access.status = 200
             async for event in queue.events():
@@ -120,9 +120,9 @@ class Connection:
                     break
         except Exception:
             log.exception("websocket response failed")
-            err = server_error("The server had an error.")
-            access.failed(err)
-            await self.send(err.ws_event(lane))
+            failure = server_error("The server had an error.")
+            access.failed(failure)
+            await self.send(failure.ws_event(lane))
         finally:
             self.record(access)
             await self.apply(self.session.on_response_done(request, time.monotonic()))

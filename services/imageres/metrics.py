@@ -1,5 +1,5 @@
-"""The imageres service's metrics (README, "Backend metrics"): images it resolved, and
-the kinds of error it found (``turnpike.image_resolution.ERROR_KINDS``)."""
+"""The imageres service's metrics (docs/observability.md, "Backend metrics"): images it
+resolved, and the kinds of error it found (``turnpike.image_resolution.ERROR_KINDS``)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import grpc
 from turnpike.grpc_client import insecure_channel
@@ -87,7 +87,7 @@ async def relay_generate(
     address: str,
     request: inference_pb2.GenerateRequest,
     time_limit_s: float | None = None,
-) -> AsyncIterator[inference_pb2.GenerateEvent]:
+) -> AsyncGenerator[inference_pb2.GenerateEvent, None]:
     """Yield the worker's events as they arrive. If the consumer stops early (the caller
     cancelled), the upstream call is cancelled too."""
     call = stub.Generate(request, timeout=time_limit_s)

@@ -1,5 +1,5 @@
-"""The router's metrics (README, "Backend metrics"): how it chose workers, and how many are
-up. Labels bound once, here."""
+"""The router's metrics (docs/observability.md, "Backend metrics"): how it chose workers,
+and how many are up. Labels bound once, here."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import cast
 
 from turnpike.conversation.v1.conversation_pb2 import Item
 from turnpike.lru import LruCache
@@ -150,7 +151,9 @@ class SafetyEngine:
         ``complete`` does the scoring."""
         kinds_texts = validated if validated is not None else self.validate(items)
         keys = [self.cache.key(tenant, text) for _, text in kinds_texts] if fast else []
-        found = [self.cache.get(key) for key in keys] if fast else [None] * len(kinds_texts)
+        found: list[tuple | None] = (
+            [self.cache.get(key) for key in keys] if fast else [None] * len(kinds_texts)
+        )
         return Pending(items, kinds_texts, fast, found, keys)
 
     def complete(self, pending: Pending) -> list[ItemEvidence]:
@@ -163,13 +166,15 @@ class SafetyEngine:
         observe = metrics.SCORES.observe
         by_model = 0
         for i, score in zip(missing, scores, strict=True):
-            found[i] = (score, tuple(detect_credentials(texts[i])))
+            entry = (score, tuple(detect_credentials(texts[i])))
+            found[i] = entry
             if pending.fast:
-                self.cache.put(pending.keys[i], found[i])
+                self.cache.put(pending.keys[i], entry)
             if score.chunks:  # a text without chunks never reached the model
                 observe(score.score)
                 by_model += 1
         metrics.count_texts(by_model, len(missing) - by_model, len(found) - len(missing))
+        filled = cast("list[tuple]", found)  # every text has its entry by now
         return [
             ItemEvidence(
                 item_id=item.id,
@@ -178,7 +183,7 @@ class SafetyEngine:
                 score=entry[0],
                 detections=entry[1],
             )
-            for i, (item, entry) in enumerate(zip(pending.items, found, strict=True))
+            for i, (item, entry) in enumerate(zip(pending.items, filled, strict=True))
         ]
 
     def analyze(

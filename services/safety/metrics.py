@@ -1,4 +1,4 @@
-"""The safety service's metrics (README, "Backend metrics").
+"""The safety service's metrics (docs/observability.md, "Backend metrics").
 
 The classifier has one category (profanity), so its scores carry no label; the credential
 detectors are exact matches, not scores, and are not observed here.

@@ -1,4 +1,4 @@
-"""The tokenizer's metrics (README, "Backend metrics"): what it renders, by mode.
+"""The tokenizer's metrics (docs/observability.md, "Backend metrics"): what it renders, by mode.
 
 ``full`` is ``Render`` (a whole conversation: instructions, tools, every item); ``append``
 is ``RenderAppend`` (only the items after a prefix the caller has cached).

@@ -289,9 +289,9 @@ class Renderer:
             return []
         if len(instructions) <= LONG_INSTRUCTIONS:
             return self._render_message(developer, "instructions and tools")
-        framed = self._render_message(
-            developer_message(INSTRUCTIONS_MARKER, tools), "instructions and tools"
-        )
+        marked = developer_message(INSTRUCTIONS_MARKER, tools)
+        assert marked is not None  # the marker is instructions
+        framed = self._render_message(marked, "instructions and tools")
         start = framed.index(self._message_token) + 1
         head, middle, tail = framed[:start], framed[start:-1], framed[-1:]
         text = self.encoding.decode(middle)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import json
+import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -119,6 +120,7 @@ def plan_answer(
         return call_tool(tools, choice, steps[next_step], seed)
     if after_tool and not forced:
         if kind in ("json_object", "json_schema"):
+            assert text_format is not None  # kind comes from it
             words = " ".join([user_text, *tool_outputs(items)])  # what the answer is made of
             return MessageAnswer(structured_text(text_format, words, seed))
         return MessageAnswer(tool_result_text(items, seed, verbosity))
@@ -127,6 +129,7 @@ def plan_answer(
     if kind == "json_object":
         return MessageAnswer(json_object_text(user_text, seed, count_tokens))
     if kind == "json_schema":
+        assert text_format is not None  # kind comes from it
         return MessageAnswer(structured_text(text_format, user_text, seed))
     return MessageAnswer(pseudo_text(user_text, seed, count_tokens, verbosity))
 
@@ -356,7 +359,13 @@ def requested_length(user_text: str) -> int | None:
     return max(1, min(int(match.group(1)), MAX_REQUESTED_TOKENS))
 
 
-def long_text(opening: str, words: list[str], target: int, rng, count_tokens) -> str:
+def long_text(
+    opening: str,
+    words: list[str],
+    target: int,
+    rng: random.Random,
+    count_tokens: Callable[[str], int],
+) -> str:
     """Sentences until about ``target`` tokens, counted per sentence (a whole-text count
     on every step would be quadratic)."""
     parts, total = [opening], count_tokens(opening)

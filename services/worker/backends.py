@@ -11,7 +11,7 @@ that builds its own requests (a benchmark, a test) need not name it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Protocol
 
 from turnpike.backend_names import BACKEND_NAMES, SIMULATOR
@@ -28,7 +28,7 @@ class Backend(Protocol):
 
     def generate(
         self, request: inference_pb2.GenerateRequest
-    ) -> AsyncIterator[inference_pb2.GenerateEvent]: ...
+    ) -> AsyncGenerator[inference_pb2.GenerateEvent, None]: ...
 
 
 class UnavailableBackend:
@@ -41,7 +41,7 @@ class UnavailableBackend:
 
     async def generate(
         self, request: inference_pb2.GenerateRequest
-    ) -> AsyncIterator[inference_pb2.GenerateEvent]:
+    ) -> AsyncGenerator[inference_pb2.GenerateEvent, None]:
         yield error_event("backend_unavailable", self.message, retryable=False)
 
 

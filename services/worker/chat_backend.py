@@ -42,7 +42,7 @@ import logging
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
 
@@ -164,7 +164,7 @@ class ChatBackend(ABC):
 
     # -- the stream ------------------------------------------------------------------
 
-    async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateEvent]:
+    async def generate(self, request: pb.GenerateRequest) -> AsyncGenerator[pb.GenerateEvent, None]:
         received = self._clock()
         try:
             params = chat_params(request)
@@ -326,7 +326,9 @@ def check_limits(prefix: str, timeout_s: float, max_retries: int) -> None:
         raise ConfigError.invalid(f"{prefix}_MAX_RETRIES", str(max_retries), "must be >= 0")
 
 
-def sdk_error(exc: Any, status_error: type, connection_error: type) -> UpstreamError | None:
+def sdk_error(
+    exc: Any, status_error: type[Any], connection_error: type[BaseException]
+) -> UpstreamError | None:
     """Both SDKs are generated alike: ``status_error`` (an HTTP error, or an in-stream
     one the SDK gives a status) has ``status_code``, ``response.headers`` and ``body``;
     ``connection_error`` means no answer came."""

@@ -323,7 +323,7 @@ class ChunkMapper:
         return events
 
     def _text(
-        self, text: str, tokens: list[int], kind: str, started: pb.ItemStarted.Kind.ValueType
+        self, text: str, tokens: list[int], kind: str, started: pb.ItemStarted.Kind
     ) -> list[pb.GenerateEvent]:
         """A text Delta of a message or reasoning item, starting the item if need be."""
         events: list[pb.GenerateEvent] = []
@@ -340,7 +340,11 @@ class ChunkMapper:
         if index is None:
             # Tolerated though not the format: an id starts a new call, else it continues.
             fresh = call.get("id") or self._open != "call"
-            index = -1 - self._calls if fresh else self._call_index
+            if fresh:
+                index = -1 - self._calls
+            else:
+                assert self._call_index is not None  # an open call has its index
+                index = self._call_index
         function = call.get("function") or {}
         if index in self._dropped_calls:
             return events

@@ -1,4 +1,4 @@
-"""The worker's metrics (README, "Backend metrics"), by backend (``backend_names``).
+"""The worker's metrics (docs/observability.md, "Backend metrics"), by backend (``backend_names``).
 
 Recorded once per request, never per token: the server moves a request from waiting to
 running at its first delta and reads its ``Finished`` event (usage and timings) at the end;

@@ -19,6 +19,7 @@ import re
 from collections.abc import Sequence
 from re import _constants as sre  # the parse tree's opcodes (private)
 from re import _parser as sre_parse  # private: see the module docstring
+from typing import Any
 
 from worker.regex_sample import CATEGORIES as _CATEGORIES
 from worker.regex_sample import REPEATS as _REPEATS
@@ -81,7 +82,7 @@ def _nonempty(items: Sequence[tuple], state: object) -> str | None:
     return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
 
 
-def _nonempty_item(op: object, av: object, state: object) -> str | None:
+def _nonempty_item(op: object, av: Any, state: object) -> str | None:
     if op in (sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN):
         return _render_item(op, av)
     if op in _ZERO_WIDTH:
@@ -110,7 +111,7 @@ def _nonempty_item(op: object, av: object, state: object) -> str | None:
     return None  # an atomic group: rare, and not worth its own case
 
 
-def _render_item(op: object, av: object) -> str:
+def _render_item(op: object, av: Any) -> str:
     if op is sre.LITERAL:
         return _char(av)
     if op is sre.NOT_LITERAL:
@@ -140,7 +141,7 @@ def _render_item(op: object, av: object) -> str:
     raise _Unsupported(op)
 
 
-def _class_item(op: object, av: object) -> str:
+def _class_item(op: object, av: Any) -> str:
     if op is sre.NEGATE:
         return "^"
     if op is sre.LITERAL:
@@ -182,7 +183,7 @@ def _quantifier(low: int, high: int, op: object) -> str:
     return "{" + f"{low},{upper}" + "}" + suffix
 
 
-def _min_width(op: object, av: object, state: object) -> int:
+def _min_width(op: object, av: Any, state: object) -> int:
     return sre_parse.SubPattern(state, [(op, av)]).getwidth()[0]
 
 

@@ -24,6 +24,7 @@ import string
 from collections.abc import Callable, Sequence
 from re import _constants as sre  # the parse tree's opcodes (private)
 from re import _parser as sre_parse  # private: see the module docstring
+from typing import Any
 
 import regex
 
@@ -110,7 +111,8 @@ class RegexSampler:
                 if group is not None:
                     self.groups[group] = text
             elif op in _REPEATS:
-                text = self._repeat(*av, flags)
+                low, high, sub = av
+                text = self._repeat(low, high, sub, flags)
             elif op is sre.ATOMIC_GROUP:
                 text = self._write(av, flags)
             elif op is sre.GROUPREF:
@@ -203,7 +205,7 @@ def _single_char(sub: Sequence[tuple], flags: int) -> CharTest | None:
     return None
 
 
-def _test(op: object, av: object, flags: int) -> CharTest:
+def _test(op: object, av: Any, flags: int) -> CharTest:
     """Whether a character matches one single-character item, under ``flags``."""
     if op is sre.ANY:
         return (lambda c: True) if flags & re.DOTALL else (lambda c: c != "\n")

@@ -101,7 +101,7 @@ class SchemaInstance:
 
     # -- schema plumbing -------------------------------------------------------------
 
-    def _normalise(self, schema: Any, depth: int) -> dict | None:
+    def _normalise(self, schema: object, depth: int) -> dict[str, Any] | None:
         """Resolve refs and combinators into one plain schema; None for ``false``."""
         if schema is False:
             return None
@@ -181,7 +181,7 @@ class SchemaInstance:
             return None
         return self._string(schema, name, index)
 
-    def _one_of(self, schema: dict, name: str, depth: int, index: int) -> Any:
+    def _one_of(self, schema: dict[str, Any], name: str, depth: int, index: int) -> Any:
         """A value for the first branch (``null`` last) that matches no other branch:
         ``oneOf`` fails when a value fits two of them (3 is a number AND an integer)."""
         rest = {k: v for k, v in schema.items() if k != "oneOf"}
@@ -202,7 +202,7 @@ class SchemaInstance:
                 fallback = candidate
         return fallback
 
-    def _enum(self, schema: dict, kind: str | None, index: int) -> Any:
+    def _enum(self, schema: dict[str, Any], kind: str | None, index: int) -> Any:
         options = [v for v in schema["enum"] if kind is None or matches_type(v, kind)]
         options = options or list(schema["enum"])
         if index == 0:
@@ -213,7 +213,7 @@ class SchemaInstance:
                 return schema["default"]
         return options[index % len(options)]
 
-    def _object(self, schema: dict, depth: int) -> dict:
+    def _object(self, schema: dict[str, Any], depth: int) -> dict[str, Any]:
         props = schema.get("properties") or {}
         required = [k for k in schema.get("required", []) if isinstance(k, str)]
         extra = schema.get("additionalProperties", True)
@@ -272,7 +272,7 @@ class SchemaInstance:
             return value if search(schema["pattern"], value) else NOT_GIVEN
         return value
 
-    def _array(self, schema: dict, name: str, depth: int) -> list:
+    def _array(self, schema: dict[str, Any], name: str, depth: int) -> list[Any]:
         prefix = schema.get("prefixItems")
         items = schema.get("items", {})
         if isinstance(items, list):  # draft-04..2019 tuple form
@@ -294,11 +294,17 @@ class SchemaInstance:
         return result
 
     def _number(
-        self, schema: dict, name: str, index: int, *, integer: bool, fractional: bool = False
+        self,
+        schema: dict[str, Any],
+        name: str,
+        index: int,
+        *,
+        integer: bool,
+        fractional: bool = False,
     ) -> int | float:
         wanted = self.words.number_for(name, integer=integer, fits=lambda n: in_bounds(schema, n))
         wanted += index
-        step = schema.get("multipleOf")
+        step: Any = schema.get("multipleOf")  # a number when has_step
         has_step = isinstance(step, (int, float)) and not isinstance(step, bool) and step > 0
         if not integer and not fractional and float(wanted).is_integer():
             # A whole number where one fits: the request gave none with a fraction.
@@ -318,7 +324,7 @@ class SchemaInstance:
                     return nudged
         return _tidy(value)
 
-    def _string(self, schema: dict, name: str, index: int) -> str:
+    def _string(self, schema: dict[str, Any], name: str, index: int) -> str:
         value = self.words.string_for(name, schema.get("format"), index)
         pattern = schema.get("pattern")
         if isinstance(pattern, str) and not search(pattern, value):

@@ -64,7 +64,7 @@ def matches_type(value: Any, kind: str | None) -> bool:
         if isinstance(value, bool):
             return False
         return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    checks = {
+    checks: dict[str, type | tuple[type, ...]] = {
         "object": dict,
         "array": list,
         "string": str,

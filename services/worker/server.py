@@ -27,7 +27,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
             backend = self._backends.for_request(request)
         except InvalidRequestError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        # Waiting until its first token, running from then on (metrics, README).
+        # Waiting until its first token, running from then on (metrics, docs/observability.md).
         meter = metrics.REQUESTS[Backends.name_for(request)]
         meter.waiting.inc()
         sent = False

@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from turnpike import ids, token_bytes
 from turnpike.inference.v1 import inference_pb2 as pb
@@ -98,7 +98,7 @@ class SimulatorBackend:
         """The tokens of ``delta_interval``, whole, from one to ``delta_tokens``."""
         return max(1, min(int(self.delta_interval * tokens_per_second), self.delta_tokens))
 
-    async def generate(self, request: pb.GenerateRequest) -> AsyncIterator[pb.GenerateEvent]:
+    async def generate(self, request: pb.GenerateRequest) -> AsyncGenerator[pb.GenerateEvent, None]:
         received = self._clock()
         self.active += 1
         try:
@@ -110,7 +110,7 @@ class SimulatorBackend:
 
     async def _generate(
         self, request: pb.GenerateRequest, received: float
-    ) -> AsyncIterator[pb.GenerateEvent]:
+    ) -> AsyncGenerator[pb.GenerateEvent, None]:
         _validate(request)
         try:
             answer = plan_answer(
@@ -136,7 +136,7 @@ class SimulatorBackend:
             raise InvalidRequestError(str(exc)) from exc
 
         is_call = isinstance(answer, FunctionCallAnswer)
-        text = answer.arguments if is_call else answer.text
+        text = answer.arguments if isinstance(answer, FunctionCallAnswer) else answer.text
         tokens = self.encode(text)
         thought = self.encode(reasoning.text) if reasoning is not None else []
         finish_reason = "tool_calls" if is_call else "stop"
@@ -176,7 +176,7 @@ class SimulatorBackend:
             spans.append((pb.ItemStarted(kind=pb.ItemStarted.REASONING), thought_chunks, first_due))
         # An output cut within its reasoning has no answer item.
         if not (reasoning is not None and not tokens and finish_reason == "length"):
-            if is_call:
+            if isinstance(answer, FunctionCallAnswer):
                 started = pb.ItemStarted(
                     kind=pb.ItemStarted.FUNCTION_CALL,
                     call_id=ids.new_id("call"),

@@ -209,6 +209,7 @@ def capitalised_phrases(text: str) -> list[str]:
                     (initial if starts_sentence and not stripped else inner).append(phrase)
                 group = []
             if word[:1].isupper():
+                assert match is not None  # word is empty without one
                 if not group:
                     starts_sentence = i == 0
                 group.append(match)

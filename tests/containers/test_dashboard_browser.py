@@ -8,7 +8,7 @@ the stack on loopback; chromedriver listens on a free loopback port, driven by
 agent loops over HTTP (SSE) and over WebSocket, from three tenants.
 
 ``TURNPIKE_DASHBOARD_SCREENSHOT=docs/dashboard.png`` also saves a screenshot of the page
-(1280x900) after a longer stretch of traffic (README, "Dashboard").
+(1280x900) after a longer stretch of traffic (docs/observability.md, "Dashboard").
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ ROOTS = {
         "opentelemetry-exporter-otlp-proto-grpc",
         "opentelemetry-instrumentation-grpc",
         "prometheus-client",
+        "pydantic-settings",
     ],
     # async-timeout: redis needs it on the images' Python (Debian's 3.11.2), not on ours.
     "gateway": [

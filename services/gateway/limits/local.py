@@ -80,6 +80,7 @@ class LocalLimiter:
         capacity = ticket.tokens_per_minute
         if capacity is not None and delta:
             level = self._level(tenant, "tokens", capacity, now)
+            assert level is not None  # capacity is set
             self._buckets[tenant, "tokens"] = (min(float(capacity), level - delta), now)
         if ticket.budget_window is not None and delta:
             window, used = self._budgets.get(tenant, (None, 0))
@@ -96,8 +97,9 @@ class LocalLimiter:
         if len(held) >= cap:
             count_refusal("connections")
             return None
-        slot = ConnectionSlot(tenant, ISSUER, core.new_slot_id())
-        held.add(slot.id)
+        slot_id = core.new_slot_id()
+        slot = ConnectionSlot(tenant, ISSUER, slot_id)
+        held.add(slot_id)
         return slot
 
     async def close_connection(self, slot: ConnectionSlot) -> None:

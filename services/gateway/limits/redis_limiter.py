@@ -36,6 +36,8 @@ from gateway.limits.core import Admission, Clock, ConnectionSlot, Seen, Ticket
 from gateway.limits.metrics import count_refusal
 
 if TYPE_CHECKING:
+    from redis.typing import EncodableT
+
     from gateway.tenants import TenantLimits
 
 log = logging.getLogger(__name__)
@@ -245,7 +247,7 @@ class RedisLimiter:
             key(tenant, f"budget:{ticket.budget_window}"),
             key(tenant, "responses"),
         ]
-        args = [
+        args: list[EncodableT] = [
             _limit(limits.requests_per_minute),
             _limit(limits.tokens_per_minute),
             estimate,
@@ -286,7 +288,7 @@ class RedisLimiter:
             key(ticket.tenant, f"budget:{ticket.budget_window}"),
             responses,
         ]
-        args = [
+        args: list[EncodableT] = [
             _limit(ticket.tokens_per_minute),
             delta,
             "" if ticket.budget_window is None else "1",
@@ -298,15 +300,16 @@ class RedisLimiter:
         cap = limits.max_websocket_connections
         if cap is None:
             return ConnectionSlot(tenant, ISSUER)
-        slot = ConnectionSlot(tenant, ISSUER, core.new_slot_id())
+        slot_id = core.new_slot_id()
+        slot = ConnectionSlot(tenant, ISSUER, slot_id)
         connections = key(tenant, "connections")
         taken = await self._call(
-            "open_connection", lambda: self._open([connections], [cap, slot.id, self._lease_ms])
+            "open_connection", lambda: self._open([connections], [cap, slot_id, self._lease_ms])
         )
         if not taken:
             count_refusal("connections")
             return None
-        self._hold(connections, slot.id)
+        self._hold(connections, slot_id)
         return slot
 
     async def close_connection(self, slot: ConnectionSlot) -> None:
