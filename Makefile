@@ -7,12 +7,13 @@ PY     := $(VENV)/bin/python
 PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv protos ports settings run test lint format lock clean images up down logs ps bench-services bench bench-load \
+.PHONY: help venv protos ports settings run test test-unit lint format lock clean images up down logs ps bench-services bench bench-load \
 	bench-fairness bench-overload bench-pdf bench-codex soak chaos openapi fuzz docs
 
 help:
 	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1)"
 	@echo "make test    the whole test suite"
+	@echo "make test-unit  the unit tests only (tests/unit: in-process, no stack, under a minute)"
 	@echo "make protos  regenerate gRPC stubs from protos/"
 	@echo "make openapi  regenerate services/gateway/openapi.json from specs/ (served at /openapi.json)"
 	@echo "make ports   write the ports of services/turnpike/catalogue.py into .env and deploy/k8s"
@@ -78,6 +79,11 @@ test: venv
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory images; \
 	else echo "No Docker engine answers: the container tests will be skipped."; fi
 	$(PY) -m pytest
+
+# The unit tests (tests/unit/<package>): in-process, no stack, no processes, no containers.
+# tests/stack holds the tests that start processes; tests/containers those of the containers.
+test-unit: venv
+	$(PY) -m pytest tests/unit -q
 
 # Containers (deploy/, compose.yaml, .env). Compose is `docker compose` or `docker-compose`,
 # whichever this machine has. PROFILES=redis adds the optional Redis tier; Jaeger runs
@@ -147,13 +153,13 @@ chaos: images
 	TURNPIKE_CHAOS=full CHAOS_RESULTS=bench/results/chaos.md $(PY) -m pytest \
 		-s tests/containers/test_chaos.py -k one_container_at_a_time
 
-# The fuzzers of the test suite (tests/test_fuzz_*.py: schemathesis over the gateway's
+# The fuzzers of the test suite (tests/stack/test_fuzz_*.py: schemathesis over the gateway's
 # OpenAPI document, hypothesis over WebSocket frames and gRPC messages) with more examples
 # than `make test` runs (8 per case); e.g. FUZZ_EXAMPLES=1000 for a night.
 FUZZ_EXAMPLES ?= 200
 fuzz: venv
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -p no:cacheprovider --timeout=0 \
-		tests/test_fuzz_http.py tests/test_fuzz_websocket.py tests/test_fuzz_grpc.py
+		tests/stack/test_fuzz_http.py tests/stack/test_fuzz_websocket.py tests/stack/test_fuzz_grpc.py
 
 # mypy's settings are in pyproject.toml ([tool.mypy]): services/ and bench/ checked, the
 # pure modules strict. Its cache (.mypy_cache) makes a second run take seconds.

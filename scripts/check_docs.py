@@ -1,7 +1,7 @@
 """Check the documentation offline: every relative link and image in README.md and
 docs/*.md points to a file that exists, and every ``#anchor`` to a heading of its page.
 
-Run through ``make docs``; ``tests/test_docs.py`` runs the same check, so a broken link
+Run through ``make docs``; ``tests/unit/repo/test_docs.py`` runs the same check, so a broken link
 fails the suite. The pages are plain Markdown read as GitHub renders them: anchors follow
 GitHub's heading slugs, and links inside code (fenced blocks, inline spans) are not links.
 Only the standard library is used, so the check needs no virtual environment.

@@ -7,7 +7,7 @@ are (the create and compact bodies, items, the response object, the streaming ev
 its two paths moved under ``/v1``, and the paths it lacks (retrieve, delete, cancel,
 input items, input tokens, conversations, models, usage, health) written by hand in the
 API's shapes. Run through ``make openapi`` after changing a route or the spec;
-``tests/test_openapi_document.py`` renders it the same way and fails when the committed
+``tests/stack/test_openapi_document.py`` renders it the same way and fails when the committed
 file differs, or when it lists a route the app does not have (or misses one).
 """
 

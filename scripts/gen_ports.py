@@ -2,8 +2,9 @@
 files that cannot import it: .env (Compose) and the Kubernetes base (deploy/k8s/base).
 
 Run through ``make ports`` after changing a port in the catalogue. Only the port values
-are rewritten; everything else in those files is edited by hand. ``tests/test_ports.py``
-renders the files the same way and fails when the committed ones differ.
+are rewritten; everything else in those files is edited by hand.
+``tests/unit/turnpike/test_ports.py`` renders the files the same way and fails when the
+committed ones differ.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Generate the gRPC stubs from protos/ into services/turnpike/<service>/v1/.
 
-Run through ``make protos``. ``tests/test_protos.py`` runs the same generation
+Run through ``make protos``. ``tests/unit/turnpike/test_protos.py`` runs the same generation
 into a temporary folder and fails when the committed stubs differ.
 """
 

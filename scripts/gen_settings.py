@@ -5,7 +5,7 @@ of .env (Compose), the settings of the Kubernetes ConfigMap and Secret
 
 Run through ``make settings`` after declaring, removing or changing a setting. In .env
 and config.yaml only the settings block is rewritten (ports are ``make ports``'s, the
-rest is edited by hand); docs/settings.md is written whole. ``tests/test_settings.py``
+rest is edited by hand); docs/settings.md is written whole. ``tests/unit/turnpike/test_settings.py``
 renders the files the same way and fails when the committed ones differ.
 """
 

@@ -7,12 +7,17 @@ settings, no trace export. It yields ``devstack.StackEndpoints``: ``base_url``, 
 ``api_key`` (sk-turnpike-dev), ``api_keys`` ({"dev", "alice", "bob"} -> key), every
 service's address, ``log_dir``, ``max_body_bytes`` / ``max_frame_bytes`` (1 MiB). Tests that use it are marked ``stack`` automatically,
 so ``pytest -m "not stack"`` runs everything else.
+
+Each test is also marked by its folder: ``unit`` (tests/unit/<package>: in-process, no
+stack), ``stack`` (tests/stack: the stack or processes of their own), ``containers``
+(tests/containers), so ``pytest -m unit`` is the same as ``pytest tests/unit``.
 """
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from devstack import LocalStack, StackConfig, StackEndpoints, StackError
@@ -20,6 +25,10 @@ from gateway.engine import ResponseEngine
 from support.billing_standin import recording_outbox
 from support.gateway_standins import StandIns, resources
 from support.procs import free_port, start_service
+
+TESTS_DIR = Path(__file__).resolve().parent
+# The folders of tests/ whose tests get a marker of the same name.
+FOLDER_MARKERS = ("unit", "stack", "containers")
 
 STACK_ENV = {
     # Three tenants, to check that one cannot see another's responses.
@@ -68,10 +77,24 @@ def _fail_if_exited(local: LocalStack, when: str) -> None:
         pytest.fail("\n\n".join(proc.describe(when) for proc in gone), pytrace=False)
 
 
+def folder_marker(path: Path) -> str | None:
+    """The marker of the tests/ folder ``path`` lies in, if that folder has one."""
+    try:
+        folder = path.resolve().relative_to(TESTS_DIR).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return folder if folder in FOLDER_MARKERS else None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        names: set[str] = set()
+        if folder := folder_marker(item.path):
+            names.add(folder)
         if "stack" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.stack)
+            names.add("stack")  # a stack test outside tests/stack (tests/containers has some)
+        for name in sorted(names):
+            item.add_marker(getattr(pytest.mark, name))
 
 
 @pytest.fixture

@@ -283,7 +283,7 @@ class Renderer:
         """The developer message. Harmony encodes its text whole, in time that grows with
         the square of a word's length, so long instructions are rendered around a marker
         and put in its place as text encoded in pieces (turnpike.token_pieces); the result
-        is checked to be what harmony renders (tests/test_tokenizer_render.py)."""
+        is checked to be what harmony renders (tests/unit/tokenizer/test_tokenizer_render.py)."""
         developer = developer_message(instructions, tools)
         if developer is None:
             return []

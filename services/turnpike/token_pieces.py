@@ -9,7 +9,7 @@ letter take 13 s, 5 MB take minutes, and a long enough run overflows the native 
 
 So long text is encoded in pieces of at most ``MAX_PIECE`` characters, cut only where
 the o200k regex itself ends a word; the tokens are then exactly those of the whole text
-(tests/test_token_pieces.py compares both on varied text). The cut points:
+(tests/unit/turnpike/test_token_pieces.py compares both on varied text). The cut points:
 
 - before a space, tab, vertical tab or form feed that follows a non-space: no word that can
   reach it takes a space at its end (a space only ever starts one);

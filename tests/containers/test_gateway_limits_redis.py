@@ -5,7 +5,7 @@ serving when Redis is stopped mid-run, then shares the limits again once it is b
 
 The limiters here wait longer for Redis than the gateway's default (0.2 s): on a busy
 machine a cold burst of connections can take longer, and these tests are about sharing
-and leases, not about how long to wait (tests/test_gateway_limits.py times that)."""
+and leases, not about how long to wait (tests/unit/gateway/test_gateway_limits.py times that)."""
 
 from __future__ import annotations
 

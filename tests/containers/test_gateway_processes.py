@@ -1,6 +1,6 @@
 """The gateway past one process: several processes (or replicas) share one response
 store in a real Redis, so an HTTP follow-up that lands on any of them finds its parent.
-(Without a shared store more than one process is refused: tests/test_config_errors.py.)"""
+(Without a shared store more than one process is refused: tests/stack/test_config_errors.py.)"""
 
 from __future__ import annotations
 

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+
+from support.paths import REPO_ROOT
 
 # bench/ is not installed: it is imported from the repository's root.
-_ROOT = str(Path(__file__).resolve().parents[2])
+_ROOT = str(REPO_ROOT)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 

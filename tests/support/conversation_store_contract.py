@@ -1,6 +1,6 @@
 """What every ``ConversationStore`` does, whatever keeps it: run against the in-memory
-store (tests/test_conversation_store.py) and against Redis (tests/containers). Its bounds
-(``check_conversation_bounds``) too, appends racing included."""
+store (tests/unit/gateway/test_conversation_store.py) and against Redis (tests/containers).
+Its bounds (``check_conversation_bounds``) too, appends racing included."""
 
 from __future__ import annotations
 

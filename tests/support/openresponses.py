@@ -68,15 +68,15 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, relevance
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
+from support.paths import REPO_ROOT
 
-SPEC_PATH = Path(__file__).resolve().parents[2] / "specs" / "openresponses-openapi.json"
+SPEC_PATH = REPO_ROOT / "specs" / "openresponses-openapi.json"
 _SPEC_URI = "urn:turnpike:openresponses-openapi"
 _STREAM_ID = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 _MAX_ERRORS = 3

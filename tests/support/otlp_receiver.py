@@ -7,12 +7,12 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
+from support.paths import REPO_ROOT
 
 # bench/ is not installed: it is imported from the repository's root.
-_ROOT = str(Path(__file__).resolve().parents[2])
+_ROOT = str(REPO_ROOT)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 

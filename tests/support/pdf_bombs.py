@@ -1,5 +1,5 @@
 """Hostile PDFs, small on the wire and expensive to read, as a probe sent them to the
-gateway (issue 19). Shared by tests/test_pdf_extraction.py and bench/pdf_extraction.py.
+gateway (issue 19). Shared by tests/stack/test_pdf_extraction.py and bench/pdf_extraction.py.
 
 - ``flate_bomb``: pages sharing one FlateDecode content stream that inflates a
   thousand-fold (71 KB on the wire, 74 MB of content).

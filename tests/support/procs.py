@@ -6,12 +6,10 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
+from support.paths import REPO_ROOT
 from turnpike.catalogue import service
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

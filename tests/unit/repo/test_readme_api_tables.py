@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import re
 import typing
-from pathlib import Path
 
 from gateway import conversations_api, dashboard_api, http_api, ws_api
 from openai.types.responses import response_create_params, responses_client_event_param
+from support.paths import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 PLACEHOLDER = re.compile(r"\{[^}]*\}")
 
 

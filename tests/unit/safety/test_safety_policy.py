@@ -334,12 +334,11 @@ def test_one_profane_sentence_is_not_diluted_by_a_long_file(
 
 def test_fused_model_gives_the_library_scores():
     """The fast path is an exact re-arrangement of the shipped model, not another model."""
-    from pathlib import Path
-
     from safety.classifier import ProfanityClassifier, chunk_text
+    from support.paths import REPO_ROOT
 
     classifier = ProfanityClassifier()
-    root = Path(__file__).resolve().parent.parent / "services"
+    root = REPO_ROOT / "services"
     texts = [p.read_text() for p in sorted(root.rglob("*.py"))[:40]]
     texts += ["you are a fucking idiot", "have a nice day", "shut up, moron", ""]
     chunks = [c.text for text in texts for c in chunk_text(text)]

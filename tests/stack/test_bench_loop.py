@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 PLOTS = (
     "loop_overhead_per_turn.png",
     "loop_ttft_per_turn.png",

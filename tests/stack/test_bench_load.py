@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ("gateway", "safety", "tokenizer", "router", "billing", "imageres", "worker")
 
 

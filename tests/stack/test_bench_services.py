@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ("tokenizer", "safety", "worker", "router", "billing")
 PLOTS = ("tokenizer_latency.png", "safety_latency.png", "worker_ttft.png")
 

@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from support.paths import REPO_ROOT
 
 
 @pytest.fixture(autouse=True)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 
 import yaml
+from support.paths import REPO_ROOT
 from support.scripts import load_script
 from turnpike.catalogue import SERVICES, WORKER
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 
 
 gen_ports = load_script("gen_ports", ROOT / "scripts" / "gen_ports.py")

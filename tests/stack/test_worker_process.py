@@ -159,7 +159,7 @@ async def test_the_stream_interval_is_a_setting(start_worker, interval_ms, per_t
     deltas = [e.delta for e in events if e.HasField("delta")]
     tokens = events[-1].finished.usage.output_tokens
     # (What the first delta holds depends on how late a busy machine wakes the pacer;
-    # tests/test_worker_pacing.py checks it on a clock of its own.)
+    # tests/unit/worker/test_worker_pacing.py checks it on a clock of its own.)
     assert sum(d.tokens for d in deltas) == tokens > 100
     if per_token:
         assert len(deltas) > tokens / 3  # a late wake-up may find two or three due

@@ -3,14 +3,14 @@ stack of real processes:
 
 - LiteLLM: one API key could continue another key's response over WebSocket. Here the
   other tenant's ``previous_response_id`` is not found, over WebSocket as over HTTP, and
-  the socket stays usable (HTTP and the other paths: tests/test_api_errors.py,
-  tests/test_tenant_isolation.py).
+  the socket stays usable (HTTP and the other paths: tests/stack/test_api_errors.py,
+  tests/stack/test_tenant_isolation.py).
 - Bifrost: an error in the middle of a stream arrived as an envelope of its own instead of
   a final ``response.failed``. Here a model lost mid-stream ends the stream with
   ``response.failed`` (the spec's event, the failed response inside), over SSE and over
   WebSocket alike, and the failed response is stored as such.
 - vLLM: the response store grew without bound and did not work across nodes. Here the
-  store is bounded (tests/test_gateway_caches.py; `make soak` shows memory flat under
+  store is bounded (tests/unit/gateway/test_gateway_caches.py; `make soak` shows memory flat under
   load) and, with Redis, shared by every gateway process and replica
   (tests/containers/test_gateway_processes.py, test_background_replicas.py).
 """

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import filecmp
-from pathlib import Path
 
+from support.paths import REPO_ROOT
 from support.scripts import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 GENERATED = ROOT / "services"
 
 

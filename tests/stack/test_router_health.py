@@ -4,7 +4,7 @@ starts after the router began probing it is seen by the first check once it serv
 Each failed connection lengthens a gRPC channel's reconnect backoff; a probe whose
 channel sat in a long backoff kept reporting a worker down for seconds after it came up,
 and a stack just started answered its first request 503 "no healthy worker" (seen in
-tests/test_peer_bugs.py)."""
+tests/stack/test_peer_bugs.py)."""
 
 from __future__ import annotations
 

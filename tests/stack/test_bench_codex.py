@@ -11,17 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # bench/ is not installed, it runs from here
 
-from bench.codex.cli import codex_binary  # noqa: E402
-from bench.codex.events import parse_events  # noqa: E402
-from bench.codex.spans import Request  # noqa: E402
-from bench.codex.stats import not_run, ratios, summarize, task_run  # noqa: E402
-from bench.codex.task import scripted_task  # noqa: E402
-from bench.codex.wire import WireRequest, parse_wire_log, rust_bytes  # noqa: E402
+from bench.codex.cli import codex_binary
+from bench.codex.events import parse_events
+from bench.codex.spans import Request
+from bench.codex.stats import not_run, ratios, summarize, task_run
+from bench.codex.task import scripted_task
+from bench.codex.wire import WireRequest, parse_wire_log, rust_bytes
 
 # -- pure parts ---------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from support.access_log import access_lines
 from support.codex import codex_binary, codex_home, run_codex
 from support.gateway_process import start_gateway, stop
 from support.openresponses import validate_error_body
+from support.paths import REPO_ROOT
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
@@ -23,7 +24,7 @@ pytestmark = [
 ]
 
 PROMPT = "Say hello."
-ROUTER_MODELS = Path(__file__).parents[1] / "services" / "router" / "models.json"
+ROUTER_MODELS = REPO_ROOT / "services" / "router" / "models.json"
 
 
 def assert_answered(result) -> None:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from support.paths import REPO_ROOT
 from support.scripts import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 
 check_docs = load_script("check_docs", ROOT / "scripts" / "check_docs.py")
 

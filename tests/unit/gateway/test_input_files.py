@@ -2,7 +2,7 @@
 PDFs become text in the prompt, under the file's name; every bad file is a 400 naming
 ``input[i].content[j].file_data`` (or the field the server does not serve). A PDF's text
 is read after parsing, by the PDF workers (``read_pdfs``; their bounds are
-tests/test_pdf_extraction.py's)."""
+tests/stack/test_pdf_extraction.py's)."""
 
 from __future__ import annotations
 

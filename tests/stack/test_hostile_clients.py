@@ -284,7 +284,7 @@ BULKY_INSTRUCTIONS = " " * 900_000
 
 def test_a_client_that_never_reads_its_socket_is_cut_off(stalling, stack) -> None:
     """Six responses of 2.7 MB each fill every buffer (an SSE stream's one response fits
-    the kernel's; tests/test_gateway_http_protocol.py covers it on the protocol)."""
+    the kernel's; tests/unit/gateway/test_gateway_http_protocol.py covers it on the protocol)."""
     base, log = stalling
     url = base.replace("http://", "ws://") + "/v1/responses"
     with socket.socket() as raw:

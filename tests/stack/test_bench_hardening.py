@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from support.paths import REPO_ROOT
 
 
 def run(*args: str) -> None:

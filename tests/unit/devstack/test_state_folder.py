@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from devstack.__main__ import config_from_args, parse_args
+from support.paths import REPO_ROOT
 from turnpike.config import BillingSettings, TokenizerSettings
 
-CHECKOUT = Path(__file__).resolve().parent.parent
+CHECKOUT = REPO_ROOT
 
 
 def test_defaults_are_under_the_checkouts_state_folder_from_any_working_folder(

@@ -7,8 +7,9 @@ import ast
 from pathlib import Path
 
 import pytest
+from support.paths import REPO_ROOT
 
-SERVICES_DIR = Path(__file__).resolve().parents[1] / "services"
+SERVICES_DIR = REPO_ROOT / "services"
 SHARED = "turnpike"
 SERVICES = sorted(
     p.name for p in SERVICES_DIR.iterdir() if (p / "__init__.py").is_file() and p.name != SHARED

@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from support.paths import REPO_ROOT
 
 
 @pytest.fixture(autouse=True)

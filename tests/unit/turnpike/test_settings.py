@@ -8,17 +8,17 @@ from __future__ import annotations
 import base64
 import dataclasses
 import re
-from pathlib import Path
 
 import annotated_types
 import pytest
 import yaml
+from support.paths import REPO_ROOT
 from support.scripts import load_script
 from turnpike.config import ConfigError, GatewaySettings, PdfSettings
 from turnpike.config_model import EnvSettings, kind_of
 from turnpike.config_reference import SECTIONS, variables
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 
 gen_settings = load_script("gen_settings", ROOT / "scripts" / "gen_settings.py")
 
