@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bench.load.__main__ import command_line
 from bench.load.report import run_line
@@ -27,8 +27,11 @@ from bench.load.transports import SseChannel, TurnFailed
 from bench.loop.stack import Target, start_local
 from bench.services.common import log, machine_info, percentile
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results"
-P = TypeVar("P")
+P = TypeVar("P", bound="DataclassInstance")  # a plan, a dataclass
 COMPLETED = "completed"
 TIMEOUT = "timeout"
 PROGRESS_EVERY_S = 5.0

@@ -580,6 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         stack = common.start_stack({"TURNPIKE_TENANTS_FILE": str(tenants)}, "tenants A and B")
         try:
+            assert stack.local is not None  # a stack started here
             a = replace(stack, api_key=keys["a"], local=None, state_dir=None)
             b = replace(stack, api_key=keys["b"], local=None, state_dir=None)
             import uvloop

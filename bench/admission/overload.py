@@ -175,7 +175,7 @@ async def alone(target: Target, plan: Plan, variant: str) -> dict[str, Any]:
         batch, _ = await burst(target, 1, plan, f"{variant}, alone #{i + 1}")
         shots += batch
     done = [s for s in shots if s.outcome == COMPLETED]
-    record = {
+    record: dict[str, Any] = {
         "variant": variant,
         "runs": len(shots),
         "completed": len(done),

@@ -166,9 +166,11 @@ async def sweep(
             )
             profiled = profiles is not None and (loops, transport) == profiles.cell
             if profiled:
+                assert profiles is not None  # ``profiled`` says so
                 profiles.start()
             cell = await run_cell(target, meter, transport, loops, reps, plan.cell(), corpus)
             if profiled:
+                assert profiles is not None
                 written = profiles.stop()
                 log(f"  profiled: {', '.join(p.name for p in written)} in {profiles.out}")
             # What the processes would have spent idle over the cell's wall time, per turn.

@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from bench.load.stats import SERVICES, find
+from bench.load.stats import SERVICES, cell_at, find
 from bench.services.common import markdown_table
 
 API_SERVICES = ("gateway", "safety", "tokenizer", "router", "billing")
@@ -159,7 +159,7 @@ def write_plot(runs: dict[str, dict[str, Any]], out: Path) -> None:
         bottom = [0.0] * len(ws)
         xs = [j + i * width for j in range(len(ws))]
         for service in SERVICES:
-            ys = [find(run["cells"], *k)["cpu_ms_per_turn"].get(service, 0.0) for k in ws]
+            ys = [cell_at(run["cells"], *k)["cpu_ms_per_turn"].get(service, 0.0) for k in ws]
             bars.bar(
                 xs,
                 ys,
@@ -174,7 +174,7 @@ def write_plot(runs: dict[str, dict[str, Any]], out: Path) -> None:
         for x, total in zip(xs, bottom, strict=True):
             bars.text(x, total, name, rotation=90, ha="center", va="bottom", fontsize=7)
         loops = sorted({c["loops"] for c in run["cells"] if c["transport"] == ws[0][0]})
-        rates = [find(run["cells"], ws[0][0], n)["turns_per_s"] for n in loops]
+        rates = [cell_at(run["cells"], ws[0][0], n)["turns_per_s"] for n in loops]
         rate.plot(loops, rates, "o-", ms=4, label=name)
     bars.set_xticks([j + width * (len(runs) - 1) / 2 for j in range(len(ws))])
     bars.set_xticklabels([f"{t}\n{n} loops" for t, n in ws], fontsize=8)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.load.stats import SERVICES, find
+from bench.load.stats import SERVICES, cell_at, find
 
 PLOT = "load.png"
 COLORS = {"websocket": "#2ca02c", "http": "#ff7f0e"}
@@ -53,10 +53,10 @@ def write_plot(data: dict[str, Any], out_dir: Path) -> str:
     names = [f"{n}\n{'ws' if t == 'websocket' else t}" for t, n in bars]
     bottom = [0.0] * len(bars)
     for name, color in zip(SERVICES, SERVICE_COLORS, strict=True):
-        heights = [find(cells, t, n)["cpu_ms_per_turn"].get(name) or 0.0 for t, n in bars]
+        heights = [cell_at(cells, t, n)["cpu_ms_per_turn"].get(name) or 0.0 for t, n in bars]
         cpu.bar(names, heights, bottom=bottom, color=color, label=name)
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    client = [find(cells, t, n)["client_cpu_ms_per_turn"] for t, n in bars]
+    client = [cell_at(cells, t, n)["client_cpu_ms_per_turn"] for t, n in bars]
     cpu.bar(names, client, bottom=bottom, color="white", edgecolor="#555", hatch="//",
             label="client (this generator)")  # fmt: skip
     cpu.set_title("CPU per completed turn, by process (stacked)")

@@ -140,6 +140,13 @@ def find(cells: list[dict[str, Any]], transport: str, loops: int) -> dict[str, A
     return next((c for c in cells if c["transport"] == transport and c["loops"] == loops), None)
 
 
+def cell_at(cells: list[dict[str, Any]], transport: str, loops: int) -> dict[str, Any]:
+    """``find``, where the caller has checked that the cell is there."""
+    cell = find(cells, transport, loops)
+    assert cell is not None
+    return cell
+
+
 def add_ratios(cells: list[dict[str, Any]]) -> None:
     """Each cell's p50 (and p90) overhead against the same transport's with one loop."""
     for cell in cells:

@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_end": [round(x, 2) for x in os.getloadavg()],
     }
     sample = Rollout("run_sample", corpus, turns=plan.turns)
-    data = {
+    data: dict[str, Any] = {
         "title": "Agent loop benchmark",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "mode": "quick" if args.quick else "full",

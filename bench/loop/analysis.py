@@ -232,6 +232,7 @@ def targets(
         name = f"End-to-end loop, connection vs legacy, 1,000 tok/s, {tag}"
         if FAST in cuts:
             conn, legacy = get(FAST, CONNECTION), get(FAST, LEGACY)
+            assert conn and legacy  # a cut at FAST was taken from both
             result.append(
                 _target(
                     name,
@@ -326,6 +327,7 @@ def targets(
     many = (load or {}).get("concurrent_loops")
     sweep = (many or {}).get("sweep")
     for cell in (many or {}).get("cells", []):
+        assert many is not None  # its cells are being read
         name = (
             f"{many['loops']} concurrent loops at 1,000 tok/s: per-turn overhead vs one loop, "
             f"tool {cell['tool_ms']:g} ms"

@@ -101,7 +101,12 @@ async def one_connection_throughput(client, params: LoadParams) -> dict[str, Any
             extra = (previous.model_extra or {}).get("turnpike") or {}
             model = extra.get("model_ms") or {}
             tokens = usage.output_tokens if usage else 0
-            window = (last - first) if first is not None and last > first else float("nan")
+            # ``last`` is set with ``first``: its test only narrows the type.
+            window = (
+                (last - first)
+                if first is not None and last is not None and last > first
+                else float("nan")
+            )
             decode_ms = float(model.get("decode_ms") or 0.0)
             turns.append(
                 {
@@ -204,7 +209,7 @@ async def many_loops(
         output_tokens = sum(t.output_tokens for loop in loaded for t in loop.turns)
         input_tokens = sum(t.input_tokens for loop in loaded for t in loop.turns)
         alone, under_load = _summary(_overheads(single)), _summary(_overheads(loaded))
-        cell = {
+        cell: dict[str, Any] = {
             "tool_ms": tool_ms,
             "single": {
                 "overhead_ms": alone,

@@ -99,8 +99,8 @@ def plot_breakdown(data: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, len(speeds), figsize=(4.2 * len(speeds), 4.8), dpi=110)
     axes = [axes] if len(speeds) == 1 else list(axes)
     for ax, speed in zip(axes, speeds, strict=True):
-        cells = [find(data["cells"], speed, tool_ms, v) for v in VARIANTS]
-        cells = [c for c in cells if c]
+        found = [find(data["cells"], speed, tool_ms, v) for v in VARIANTS]
+        cells = [c for c in found if c]
         names = [c["variant"].replace("-", "\n", 1) for c in cells]
         model = [c["model_ms"] / 1000 for c in cells]
         api = [c["overhead_ms"] / 1000 for c in cells]
@@ -135,8 +135,8 @@ def plot_breakdown(data: dict[str, Any], path: Path) -> None:
 def plot_stages(data: dict[str, Any], path: Path) -> None:
     plt = _pyplot()
     speed, tool_ms = reference_cell_key(data)
-    cells = [find(data["cells"], speed, tool_ms, v) for v in VARIANTS if v != DIRECT]
-    cells = [c for c in cells if c]
+    found = [find(data["cells"], speed, tool_ms, v) for v in VARIANTS if v != DIRECT]
+    cells = [c for c in found if c]
     stages = [s for s in STAGE_ORDER if any(c["stages_ms_last_turn"].get(s) for c in cells)]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), dpi=110, sharex=True)
     cmap = plt.get_cmap("tab10")

@@ -179,8 +179,8 @@ def pids_listening(ports: dict[int, str]) -> dict[str, int]:
                 continue
         found: dict[str, int] = {}
         for name, pids in holders.items():
-            for i, pid in enumerate(sorted(pids)):
-                found[name if i == 0 else f"{name}#{i + 1}"] = pid
+            for i, holder in enumerate(sorted(pids)):
+                found[name if i == 0 else f"{name}#{i + 1}"] = holder
         return found
     except OSError:
         return {}

@@ -82,9 +82,10 @@ def markdown(data: dict[str, Any]) -> str:
     lines += ["", "## Results", ""]
     pairs = sorted({(c["tokens_per_second"], c["tool_ms"]) for c in cells})
     for speed, tool_ms in pairs:
+        legacy = find(cells, speed, tool_ms, LEGACY)
         lines += [
             f"**{speed_label(speed)}, tool time {tool_ms:g} ms** "
-            f"(n = {find(cells, speed, tool_ms, LEGACY)['n'] if find(cells, speed, tool_ms, LEGACY) else '?'})",
+            f"(n = {legacy['n'] if legacy else '?'})",
             "",
         ]
         rows = []
@@ -122,8 +123,8 @@ def markdown(data: dict[str, Any]) -> str:
 
 def _stage_section(data: dict[str, Any]) -> list[str]:
     speed, tool_ms = reference_cell_key(data)
-    cells = [find(data["cells"], speed, tool_ms, v) for v in VARIANTS if v != DIRECT]
-    cells = [c for c in cells if c]
+    found = [find(data["cells"], speed, tool_ms, v) for v in VARIANTS if v != DIRECT]
+    cells = [c for c in found if c]
     if not cells:
         return []
     stages = [s for s in STAGE_ORDER if any(c["stages_ms_last_turn"].get(s) for c in cells)]

@@ -244,8 +244,9 @@ class WsSession(Session):
         self.model = model
         self.headers = {PIPELINE_HEADER: pipeline}
         self.previous_id: str | None = None
-        self._manager = None
-        self.conn = None
+        # The SDK's connection manager and connection: ``client`` is not annotated.
+        self._manager: Any = None
+        self.conn: Any = None
 
     async def open(self) -> None:
         self._manager = self.client.responses.connect(extra_headers=self.headers)
@@ -291,7 +292,7 @@ class DirectSession(Session):
         self.address = address
         self.plan = plan
         self.channel: grpc.aio.Channel | None = None
-        self.stub = None
+        self.stub: inference_pb2_grpc.InferenceStub | None = None
 
     async def open(self) -> None:
         self.channel = grpc.aio.insecure_channel(self.address)
@@ -309,6 +310,7 @@ class DirectSession(Session):
         ttft_ms = None
         started: inference_pb2.ItemStarted | None = None
         text: list[str] = []
+        assert self.stub is not None  # opened
         async for event in self.stub.Generate(request):
             kind = event.WhichOneof("event")
             if kind == "delta":

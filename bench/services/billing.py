@@ -238,7 +238,7 @@ async def _measure(billing: Billing, mode: str, phase: str, batch: list, concurr
     wall = time.perf_counter() - began
     client = (time.process_time() - client_cpu) * 1000 / len(batch)
     server = None
-    if server_cpu is not None and (now := cpu_seconds(billing.pid)) is not None:
+    if server_cpu is not None and billing.pid and (now := cpu_seconds(billing.pid)) is not None:
         server = (now - server_cpu) * 1000 / len(batch)
     after = await billing.totals()
     if duplicates != (len(batch) if phase == "replay" else 0):

@@ -73,7 +73,10 @@ class Budget:
 
 
 async def sample(
-    calls: Mapping[K, Callable[[], object]], budget: Budget, warmup: int = 1
+    # `...`: callers bind a call's arguments as lambda defaults, which `[]` would refuse.
+    calls: Mapping[K, Callable[..., object]],
+    budget: Budget,
+    warmup: int = 1,
 ) -> dict[K, list[float]]:
     """Wall-clock seconds of repeated calls, taken round-robin (one sample of each call per
     round), so a burst of load from elsewhere on the machine hits every call alike and their

@@ -212,13 +212,13 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
         "the history sizes, which do not matter to it).",
     ]
     rows = []
-    for full_ip in pick(measurements, "full", "in-process"):
-        cells = cells_at(measurements, full_ip["turns"])
+    for point in pick(measurements, "full", "in-process"):
+        cells = cells_at(measurements, point["turns"])
         rows.append(
             [
-                full_ip["turns"],
-                full_ip["history_tokens"],
-                full_ip["items_scored"],
+                point["turns"],
+                point["history_tokens"],
+                point["items_scored"],
                 ms(cells["full", "in-process"]["latency_ms"]),
                 ms(cells["full", "grpc"]["latency_ms"]),
                 ms(cells["incremental", "in-process"]["latency_ms"]),

@@ -119,12 +119,12 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
 
     rows = []
     by_turns = {m["turns"]: m for m in pick(measurements, "full", "in-process")}  # order of sizes
-    for turns, full_ip in by_turns.items():
+    for turns, point in by_turns.items():
         cells = cells_at(measurements, turns)
         rows.append(
             [
                 turns,
-                full_ip["history_tokens"],
+                point["history_tokens"],
                 ms(cells["full", "in-process"]["latency_ms"]),
                 ms(cells["full", "grpc"]["latency_ms"]),
                 ms(cells["append", "in-process"]["latency_ms"]),

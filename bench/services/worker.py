@@ -8,6 +8,7 @@ import random
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from turnpike import token_bytes
 from turnpike.conversation.v1.conversation_pb2 import Item
@@ -48,7 +49,7 @@ LOOP = (4, 25)
 QUICK_LOOP = (1, 4)
 
 # The gateway names the backend from the router's model config; older stubs lack the field.
-_BACKEND = (
+_BACKEND: dict[str, Any] = (
     {"backend": "simulator"} if "backend" in pb.GenerateRequest.DESCRIPTOR.fields_by_name else {}
 )
 
