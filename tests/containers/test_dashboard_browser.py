@@ -26,7 +26,7 @@ import httpx
 import pytest
 from openai import OpenAI
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from support.procs import free_port
@@ -108,7 +108,14 @@ def browser(chromedriver: str) -> Iterator[webdriver.Remote]:
 
 def wait_for(driver: webdriver.Remote, what: str, check: Callable[[], object], timeout_s=WAIT_S):
     try:
-        return WebDriverWait(driver, timeout_s, poll_frequency=0.25).until(lambda _: check())
+        # The page redraws its rows on every poll: an element found just before a redraw
+        # is stale by the time it is read, so that check is simply tried again.
+        return WebDriverWait(
+            driver,
+            timeout_s,
+            poll_frequency=0.25,
+            ignored_exceptions=(StaleElementReferenceException,),
+        ).until(lambda _: check())
     except TimeoutException:
         text = driver.find_element(By.TAG_NAME, "body").text
         pytest.fail(f"{what}: not within {timeout_s:.0f} s; the page shows:\n{text}")

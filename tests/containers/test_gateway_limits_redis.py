@@ -60,12 +60,15 @@ async def test_two_limiters_share_the_requests_exactly(pair, tenant):
     a, b = pair
     limits = TenantLimits(requests_per_minute=20)
     # 60 at once from both: the scripts are atomic, so exactly the bucket's 20 pass.
+    started = time.monotonic()
     answers = await asyncio.gather(*(lim.admit(tenant, limits, 0) for lim in [a, b] * 30))
+    burst_s = time.monotonic() - started
     assert sum(answer.allowed for answer in answers) == 20
     refused = [answer for answer in answers if not answer.allowed]
     assert {answer.reason for answer in refused} == {"requests"}
-    # One more every 3 s (less what refilled while the burst ran).
-    assert 2.0 < refused[-1].retry_after_s <= 3.0
+    # One more every 3 s, less what refilled while the burst ran (over a second on a
+    # loaded machine).
+    assert 3.0 - burst_s - 0.1 < refused[-1].retry_after_s <= 3.0
     assert refused[-1].headers["x-ratelimit-remaining-requests"] == "0"
 
 
