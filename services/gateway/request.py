@@ -80,12 +80,13 @@ class CreateRequest:
         gateway.tools)."""
         return tools.offered(self.tools)
 
+    @functools.cached_property
+    def _offered_by_name(self) -> dict[str, dict[str, Any]]:
+        return {tool["name"]: tool for tool in self.offered_tools}
+
     def called_tool(self, name: str) -> dict[str, Any] | None:
         """The offered tool a call names (a call carries its namespace and kind)."""
-        for tool in self.offered_tools:
-            if tool["name"] == name:
-                return tool
-        return None
+        return self._offered_by_name.get(name)
 
     @functools.cached_property
     def proto_tools(self) -> list[conversation_pb2.Tool]:

@@ -24,7 +24,7 @@ import openai
 import pytest
 from devstack import LocalStack, StackConfig, StackError
 from support.chat_completions_fake import VLLM, ChatCompletionsFake
-from support.otlp_receiver import Receiver, Span
+from support.otlp_receiver import Receiver, Span, exporter_env
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
@@ -106,13 +106,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             "TURNPIKE_OPENAI_COMPAT_API_KEY": COMPAT_KEY,
             "TURNPIKE_OPENAI_COMPAT_MODEL": "fake-text",
             "TURNPIKE_SERVER_KEY": SERVER_KEY,
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
-            "OTEL_EXPORTER_OTLP_INSECURE": "true",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_TRACES_SAMPLER": "parentbased_always_on",
-            "OTEL_SDK_DISABLED": "false",
-            "OTEL_BSP_SCHEDULE_DELAY": "200",
+            **exporter_env(port),
         },
     )
     stack = LocalStack(config)

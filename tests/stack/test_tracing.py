@@ -32,6 +32,7 @@ from support.otlp_receiver import (
     Receiver,
     Span,
     check_hops,
+    exporter_env,
     parent_of,
     response_span,
     server_spans,
@@ -61,17 +62,8 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
     config = StackConfig.private(
         tmp_path_factory.mktemp("traced-stack"),
         workers=1,
-        extra_env={
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
-            "OTEL_EXPORTER_OTLP_INSECURE": "true",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_TRACES_SAMPLER": "parentbased_always_on",
-            "OTEL_PROPAGATORS": "tracecontext,baggage",
-            "OTEL_SDK_DISABLED": "false",
-            # Export within a fifth of a second, so the test waits little.
-            "OTEL_BSP_SCHEDULE_DELAY": "200",
-        },
+        # Every span exported within a fifth of a second, so the test waits little.
+        extra_env=exporter_env(port),
     )
     stack = LocalStack(config)
     try:

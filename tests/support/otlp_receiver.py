@@ -18,6 +18,7 @@ if _ROOT not in sys.path:
 
 from bench import otlp  # noqa: E402
 from bench.otlp import CLIENT, SERVER, Span  # noqa: E402
+from bench.otlp import exporter_env as exporter_env  # noqa: E402  (re-exported for the tests)
 
 __all__ = ["CLIENT", "RPC", "SERVER", "Receiver", "Span"]
 
