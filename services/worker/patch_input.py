@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from worker.user_text import content_words
+from worker.user_text import content_words, fenced_block
 
 APPLY_PATCH_MARKERS = ("*** Begin Patch", "*** Add File: ")
 DEFAULT_PATH = "turnpike-notes.txt"
@@ -28,7 +28,6 @@ _FILE_PATH = re.compile(
 )
 _NOT_FILES = frozenset({"e.g", "i.e", "a.m", "p.m"})
 _NOT_EXTENSIONS = frozenset({"com", "org", "net"})  # host names, not files
-_FENCED = re.compile(r"```[\w+-]*[ \t]*\n(.*?)```", re.DOTALL)
 # Words of the request that ask for the file rather than fill it.
 _INSTRUCTION_WORDS = frozenset(
     """create write add file named called containing contains patch apply new put save
@@ -63,9 +62,9 @@ def file_path(user_text: str) -> str | None:
 def file_lines(user_text: str, path: str) -> list[str]:
     """The fenced code block's lines, else the request's words (less the path's and the
     instruction's), a few to a line."""
-    fenced = _FENCED.search(user_text)
-    if fenced and fenced.group(1).strip():
-        lines = fenced.group(1).rstrip("\n").split("\n")
+    fenced = fenced_block(user_text)
+    if fenced is not None:
+        lines = fenced.rstrip("\n").split("\n")
         return [line.rstrip("\r")[:MAX_LINE_CHARS] for line in lines[:MAX_LINES]]
     skipped = _INSTRUCTION_WORDS | {w.lower() for w in re.split(r"[\W_]+", path) if w}
     words = [w for w in content_words(user_text) if w.lower() not in skipped]

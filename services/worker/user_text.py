@@ -142,13 +142,20 @@ _INT_BY_NAME = {
 }
 
 
+def fenced_block(raw: str) -> str | None:
+    """The body of the first fenced code block of ``raw`` (its language tag left out), as
+    written, or None when there is none or it is blank."""
+    fenced = _FENCED.search(raw) if "```" in raw else None
+    return fenced.group(1) if fenced and fenced.group(1).strip() else None
+
+
 def find_command(raw: str) -> str | None:
     """The command ``raw`` (a request's text) quotes: a fenced block's body, else the
     first span in backticks, else the words after a clause-opening "run" (see the
     module's docstring); None when there is none."""
-    fenced = _FENCED.search(raw) if "```" in raw else None
-    if fenced and fenced.group(1).strip():
-        return fenced.group(1).strip()
+    fenced = fenced_block(raw)
+    if fenced is not None:
+        return fenced.strip()
     text = " ".join(raw.split())
     quoted = _BACKTICKS.search(text)
     if quoted and quoted.group(1).strip():
