@@ -15,9 +15,9 @@ help:
 	@echo "make test    the whole test suite"
 	@echo "make test-unit  the unit tests only (tests/unit: in-process, no stack, under a minute)"
 	@echo "make protos  regenerate gRPC stubs from protos/"
-	@echo "make openapi  regenerate services/gateway/openapi.json from specs/ (served at /openapi.json)"
-	@echo "make ports   write the ports of services/turnpike/catalogue.py into .env and deploy/k8s"
-	@echo "make settings  write the settings declared in services/turnpike/config.py into .env, deploy/k8s and docs/settings.md"
+	@echo "make openapi  regenerate src/turnpike/gateway/api/openapi.json from specs/ (served at /openapi.json)"
+	@echo "make ports   write the ports of src/turnpike/catalogue.py into .env and deploy/k8s"
+	@echo "make settings  write the settings declared in src/turnpike/config.py into .env, deploy/k8s and docs/settings.md"
 	@echo "make lint    ruff check and format check, mypy"
 	@echo "make docs    check that every link and anchor of README.md and docs/ resolves (offline)"
 	@echo "make up      the stack as containers (builds what is missing, waits until healthy); make down|ps|logs"
@@ -51,19 +51,19 @@ protos: venv
 openapi: venv
 	$(PY) scripts/gen_openapi.py
 
-# Ports live in services/turnpike/catalogue.py; .env and the Kubernetes base get theirs
+# Ports live in src/turnpike/catalogue.py; .env and the Kubernetes base get theirs
 # from it (a test fails when they are stale).
 ports: venv
 	$(PY) scripts/gen_ports.py
 
-# Settings are declared in services/turnpike/config.py (type, range, default, description);
+# Settings are declared in src/turnpike/config.py (type, range, default, description);
 # .env's settings block, the Kubernetes ConfigMap and docs/settings.md get theirs from it
 # (a test fails when they are stale).
 settings: venv
 	$(PY) scripts/gen_settings.py
 
 run: venv
-	$(PY) -m devstack
+	$(PY) -m turnpike.devstack
 
 # The documentation is plain Markdown (README.md, docs/); building it means checking it:
 # every relative link, image and anchor must resolve. Standard library only, no network.
@@ -161,7 +161,7 @@ fuzz: venv
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -p no:cacheprovider --timeout=0 \
 		tests/stack/test_fuzz_http.py tests/stack/test_fuzz_websocket.py tests/stack/test_fuzz_grpc.py
 
-# mypy's settings are in pyproject.toml ([tool.mypy]): services/ and bench/ checked, the
+# mypy's settings are in pyproject.toml ([tool.mypy]): src/ and bench/ checked, the
 # pure modules strict. Its cache (.mypy_cache) makes a second run take seconds.
 lint: venv
 	$(PY) -m ruff check .

@@ -1,5 +1,5 @@
 """``python -m bench.access_log_cost``: what the gateway's edge adds to each request for
-the access log and the request count (``gateway.access_log``), measured in process, with
+the access log and the request count (``turnpike.gateway.observability.access_log``), measured in process, with
 the line on and off, and the line written through the gateway's own logging set-up to a
 real file. A ``bench-load`` run cannot resolve a few microseconds out of milliseconds of
 noise per turn; this states the cost as CPU time per request beside that figure.
@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from gateway import access_log
-from gateway.app import EdgeMiddleware
-from gateway.tenants import TenantDirectory
+from turnpike.gateway.api.app import EdgeMiddleware
+from turnpike.gateway.observability import access_log
+from turnpike.gateway.tenancy.tenants import TenantDirectory
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "bench" / "results"
@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        # The gateway's format (gateway.__main__), to a real file.
+        # The gateway's format (turnpike.gateway.__main__), to a real file.
         logging.basicConfig(
             filename=str(Path(folder) / "gateway.log"),
             level=logging.INFO,

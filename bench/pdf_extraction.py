@@ -3,7 +3,7 @@ files a probe sent the gateway (issue 19), and the gateway's bounded workers on 
 
 Each PDF is read in a fresh process, stopped after ``--cap`` seconds: pypdf (what the
 gateway used, in its event loop, with its old bounds: 100 pages, 200,000 characters),
-pypdfium2 (PDFium, unbounded), and the gateway's pool (``gateway.pdf_pool``: pypdfium2
+pypdfium2 (PDFium, unbounded), and the gateway's pool (``turnpike.gateway.upstream.pdf_pool``: pypdfium2
 in a worker under the default TURNPIKE_PDF_* limits). The files: the Open Responses
 compliance fixture (no cross-reference table), an ordinary 100-page text PDF, and the
 bombs of ``tests/support/pdf_bombs.py``. Per run: wall time, the peak resident memory of
@@ -73,7 +73,7 @@ def _pypdfium2(payload: bytes) -> str:
 
 
 def _pool(payload: bytes) -> str:
-    from gateway.pdf_pool import PdfFailure, PdfPool
+    from turnpike.gateway.upstream.pdf_pool import PdfFailure, PdfPool
 
     async def run() -> str:
         pool = PdfPool()
@@ -176,7 +176,7 @@ def machine() -> str:
 
 
 def report(rows: list[dict[str, Any]], cap: float) -> str:
-    from gateway.pdf_pool import PdfPool
+    from turnpike.gateway.upstream.pdf_pool import PdfPool
 
     limits = PdfPool().limits
     out = [
@@ -189,7 +189,7 @@ def report(rows: list[dict[str, Any]], cap: float) -> str:
         "Each PDF read once in a fresh process, stopped after "
         f"{cap:g} s. pypdf: as the gateway read PDFs before (in its event loop; 100 pages, "
         "200,000 characters). pypdfium2: PDFium, no bounds. gateway-pool: pypdfium2 in a "
-        f"worker process of `gateway.pdf_pool` under its default limits ({limits.cpu_s} "
+        f"worker process of `turnpike.gateway.upstream.pdf_pool` under its default limits ({limits.cpu_s} "
         f"CPU seconds, {limits.timeout_s:g} s, {limits.memory_mb} MiB of address space, "
         f"{limits.max_pages} pages, {limits.max_chars:,} characters); its seconds include "
         "starting the worker (a fresh pool per run, about 0.2 s), and its one log line on a "

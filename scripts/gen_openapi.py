@@ -1,4 +1,4 @@
-"""Write the gateway's OpenAPI document (services/gateway/openapi.json) from the Open
+"""Write the gateway's OpenAPI document (src/turnpike/gateway/api/openapi.json) from the Open
 Responses schemas (specs/openresponses-openapi.json).
 
 The gateway's handlers read raw bodies (their signatures say nothing of the fields), so
@@ -21,7 +21,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "specs" / "openresponses-openapi.json"
-OUTPUT = ROOT / "services" / "gateway" / "openapi.json"
+OUTPUT = ROOT / "src" / "turnpike" / "gateway" / "api" / "openapi.json"
 
 Schema = dict[str, Any]
 
@@ -34,7 +34,7 @@ def nullable(schema: Schema) -> Schema:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
-# The item kinds the gateway stores (gateway.items.normalize_item), each by the spec's
+# The item kinds the gateway stores (turnpike.gateway.protocol.items.normalize_item), each by the spec's
 # schema of that item as the API returns it.
 STORED_ITEMS = {
     "message": "Message",
@@ -44,7 +44,7 @@ STORED_ITEMS = {
     "compaction": "CompactionBody",
 }
 
-# Schemas the spec lacks, in the shapes the handlers answer (services/gateway/*_api.py).
+# Schemas the spec lacks, in the shapes the handlers answer (src/turnpike/gateway/api/*_api.py).
 OWN_SCHEMAS: dict[str, Schema] = {
     "ApiError": {
         "type": "object",
@@ -63,7 +63,7 @@ OWN_SCHEMAS: dict[str, Schema] = {
         },
     },
     # OpenAI's (and the SDK's) input item the spec lacks: the final input item of a create,
-    # answered by exactly one compaction item (gateway.compaction).
+    # answered by exactly one compaction item (turnpike.gateway.sealed.compaction).
     "CompactionTriggerItemParam": {
         "type": "object",
         "required": ["type"],

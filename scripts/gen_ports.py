@@ -1,4 +1,4 @@
-"""Write the ports of the service catalogue (services/turnpike/catalogue.py) into the
+"""Write the ports of the service catalogue (src/turnpike/catalogue.py) into the
 files that cannot import it: .env (Compose) and the Kubernetes base (deploy/k8s/base).
 
 Run through ``make ports`` after changing a port in the catalogue. Only the port values

@@ -1,4 +1,4 @@
-"""Generate the gRPC stubs from protos/ into services/turnpike/<service>/v1/.
+"""Generate the gRPC stubs from protos/ into src/turnpike/<service>/v1/.
 
 Run through ``make protos``. ``tests/unit/turnpike/test_protos.py`` runs the same generation
 into a temporary folder and fails when the committed stubs differ.
@@ -47,6 +47,6 @@ def generate(out_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "services"
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "src"
     generate(out)
     print(f"generated stubs for {len(proto_files())} protos into {out}")

@@ -1,4 +1,4 @@
-"""Write what the settings declarations (services/turnpike/config.py and its
+"""Write what the settings declarations (src/turnpike/config.py and its
 config_*.py neighbours) say into the files that cannot import them: the settings block
 of .env (Compose), the settings of the Kubernetes ConfigMap and Secret
 (deploy/k8s/base/config.yaml), and the reference, docs/settings.md.
@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import yaml
+
 from turnpike.config_reference import Variable, variables
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,7 +28,7 @@ DOCS = Path("docs/settings.md")
 # .env's settings block: the variables Compose passes on, in groups, each with what an
 # operator needs to know beside it. The values are the declarations'.
 DOTENV_HEADER = (
-    "Service settings, written by `make settings` from services/turnpike/config.py (each is\n"
+    "Service settings, written by `make settings` from src/turnpike/config.py (each is\n"
     "described in docs/settings.md): change a default there, or set a value in the shell."
 )
 DOTENV_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -170,7 +171,7 @@ def render_config_map(text: str, declared: Mapping[str, Variable]) -> str:
     before the OpenTelemetry ones) and the Secret's keys: what .env gives a value."""
     values = {name: declared[name].deployed for name in dotenv_names() if declared[name].deployed}
     lines = _comment(
-        "Written by `make settings` from services/turnpike/config.py: the values .env gives\n"
+        "Written by `make settings` from src/turnpike/config.py: the values .env gives\n"
         "(docs/settings.md describes them; empty ones stay unset).",
         "  ",
     )
@@ -204,14 +205,14 @@ def render_docs(declared: Mapping[str, Variable], in_dotenv: Sequence[str]) -> s
         "",
         "Every environment variable the services read: its type, the values it accepts, its",
         "default, what it does, and which services read it. Written by `make settings` from the",
-        "declarations in `services/turnpike/config.py` (and `config_gateway.py`, `config_shared.py`",
+        "declarations in `src/turnpike/config.py` (and `config_gateway.py`, `config_shared.py`",
         "beside it), which are the one place a setting is defined; a test fails when this page,",
         "`.env` or `deploy/k8s/base/config.yaml` is stale.",
         "",
         "A value is trimmed, and an empty one means the default (but for text, which is taken",
         "as written). A value out of range stops the service at start with exit code 2 and one",
         "line: `<service>: configuration error: <VARIABLE>='<value>': <what is wrong>`. Ports",
-        "are the catalogue's (`services/turnpike/catalogue.py`, written out by `make ports`).",
+        "are the catalogue's (`src/turnpike/catalogue.py`, written out by `make ports`).",
         "",
         "The Compose column is what `.env` sets, and the Kubernetes base alike (its ConfigMap, and",
         "the Secret for `TURNPIKE_API_KEYS`): shown where it differs from the default; a dash",

@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from devstack import LocalStack, StackConfig, StackEndpoints, StackError
-from gateway.engine import ResponseEngine
 from support.billing_standin import recording_outbox
 from support.gateway_standins import StandIns, resources
 from support.procs import free_port, start_service
+
+from turnpike.devstack import LocalStack, StackConfig, StackEndpoints, StackError
+from turnpike.gateway.engine.response_engine import ResponseEngine
 
 TESTS_DIR = Path(__file__).resolve().parent
 # The folders of tests/ whose tests get a marker of the same name.

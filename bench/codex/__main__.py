@@ -22,8 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from router.registry import ModelRegistry, load_models
-
 from bench.codex import plots, report
 from bench.codex.cli import MODEL, codex_binary, codex_home, run_codex
 from bench.codex.events import parse_events
@@ -35,6 +33,7 @@ from bench.codex.workspace import make_repo, missing_files
 from bench.loop.stack import DEFAULT_ROUTER, StackMissing, Target, running, start_local
 from bench.otlp import Receiver, exporter_env
 from bench.services.common import machine_info
+from turnpike.router.registry import ModelRegistry, load_models
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results"
 COMMAND = "make bench-codex"

@@ -54,7 +54,7 @@ def codex_config(
 
     ``refused_tools_off`` switches off the multi-agent tools (sent as a ``namespace``
     tool) and hosted ``web_search``, which Turnpike once refused; it serves both now
-    (gateway.tools), so Codex runs with its default tools unless a test asks otherwise.
+    (turnpike.gateway.protocol.tools), so Codex runs with its default tools unless a test asks otherwise.
     """
     lines = [
         f"model = {_toml(model)}",

@@ -22,8 +22,6 @@ from typing import Any
 
 import grpc
 from openai import AsyncOpenAI
-from router.registry import ModelRegistry, load_models
-from turnpike import token_bytes
 
 from bench.loop import analysis, report
 from bench.loop.concurrency import LoadParams, run_load
@@ -52,6 +50,8 @@ from bench.loop.variants import (
     run_loop,
 )
 from bench.services.common import log, machine_info
+from turnpike import token_bytes
+from turnpike.router.registry import ModelRegistry, load_models
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results"
 MAX_CONSECUTIVE_FAILURES = 5

@@ -4,7 +4,7 @@ model's speed from the model registry), so the timed loop does nothing but talk 
 worker and "run" the tools.
 
 The requests of later turns contain the model's earlier answers. The simulator is
-deterministic (``worker.answers.plan_answer``), so they are predicted here and checked
+deterministic (``turnpike.worker.answers.plan_answer``), so they are predicted here and checked
 against what the worker really says during the loop. Only the call ids differ from a
 live conversation (the worker draws them at random); they are not rendered into the
 prompt and do not influence the answer.
@@ -16,16 +16,16 @@ import functools
 from dataclasses import dataclass
 
 import grpc
-from gateway.items import normalize_input, to_proto
-from gateway.request import parse_create
-from router.registry import ModelRegistry, load_models
-from tokenizer.render import Renderer
-from turnpike import token_bytes
-from turnpike.inference.v1 import inference_pb2
-from turnpike.router.v1 import router_pb2, router_pb2_grpc
-from worker.answers import FunctionCallAnswer, plan_answer
 
 from bench.loop.rollout import Rollout
+from turnpike import token_bytes
+from turnpike.gateway.protocol.items import normalize_input, to_proto
+from turnpike.gateway.protocol.request import parse_create
+from turnpike.inference.v1 import inference_pb2
+from turnpike.router.registry import ModelRegistry, load_models
+from turnpike.router.v1 import router_pb2, router_pb2_grpc
+from turnpike.tokenizer.render import Renderer
+from turnpike.worker.answers import FunctionCallAnswer, plan_answer
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ One rollout is what a coding agent sends over a whole task:
   repository's own source text), then a short user nudge;
 - turn N: the last tool output alone; the model answers with a message and the loop ends.
 
-Why the nudge: the simulator (``services/worker/answers.py``) answers a conversation that
+Why the nudge: the simulator (``src/turnpike/worker/answers.py``) answers a conversation that
 ends with a function_call_output with an assistant message, never another call, whereas
 a real model keeps calling tools. A user message after the tool output ("Now search the
 code for ...") makes the simulator choose the next tool from its words, so every turn
@@ -174,9 +174,7 @@ def repo_corpus(
     """This repository's Python sources (generated stubs left out), path -> text, in path
     order. Read once per benchmark run, so every variant gets the same text."""
     files = sorted(
-        p
-        for p in (root / "services").rglob("*.py")
-        if "_pb2" not in p.name and "egg-info" not in str(p)
+        p for p in (root / "src").rglob("*.py") if "_pb2" not in p.name and "egg-info" not in str(p)
     )
     texts = {str(p.relative_to(root)): p.read_text(encoding="utf-8") for p in files}
     # Files long enough for a slice of the usual size, so no output repeats itself.

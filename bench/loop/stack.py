@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from devstack import LocalStack, StackConfig
-
 from bench.services.common import log
+from turnpike.devstack import LocalStack, StackConfig
 
 # Where `make run` puts everything (devstack's defaults).
 DEFAULT = StackConfig()

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from turnpike.inference.v1 import inference_pb2, inference_pb2_grpc
 
 from bench.loop.rollout import Rollout
+from turnpike.inference.v1 import inference_pb2, inference_pb2_grpc
 
 PIPELINE_HEADER = "X-Turnpike-Pipeline"
 TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")

@@ -12,13 +12,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from billing.ledger import Ledger, UsageEvent
-from gateway.billing_outbox import MAX_BATCH, BillingOutbox
-from turnpike.billing.v1 import billing_pb2, billing_pb2_grpc
-from turnpike.grpc_client import insecure_channel
-
 from bench.loop.stack import cpu_seconds, pids_listening
 from bench.services.common import Context, Report, Table, log, ms, rate, summarize
+from turnpike.billing.ledger import Ledger, UsageEvent
+from turnpike.billing.v1 import billing_pb2, billing_pb2_grpc
+from turnpike.gateway.upstream.billing_outbox import MAX_BATCH, BillingOutbox
+from turnpike.grpc_client import insecure_channel
 
 NEEDS = ("billing",)
 TENANT = "bench"
@@ -421,13 +420,13 @@ async def run(ctx: Context) -> Report:
         service="billing",
         title="Billing: CPU per event, throughput and idempotent replays",
         summary=(
-            "Usage events recorded over gRPC against a `python -m billing` process by 1 to 32 "
+            "Usage events recorded over gRPC against a `python -m turnpike.billing` process by 1 to 32 "
             "concurrent producers, three ways: one `RecordUsage` call per event (billing "
             "group-commits what arrives together), the gateway's `BillingOutbox` sending one "
             "event per call (as before batches), and the outbox as it is (`RecordUsageBatch` "
             "for the events waiting together); then every event replayed once: replays must "
             "answer duplicate and leave `GetUsage` totals unchanged. And the ledger alone "
-            "(`billing.ledger.Ledger` on a temporary file)."
+            "(`turnpike.billing.ledger.Ledger` on a temporary file)."
         ),
         params={
             "events_per_round": ctx.pick(1000, 100),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from devstack import LocalStack, StackConfig, default_services
+from turnpike.devstack import LocalStack, StackConfig, default_services
 
 _STARTED = time.monotonic()
 K = TypeVar("K")

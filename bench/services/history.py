@@ -3,7 +3,7 @@ as the protos the services take.
 
 ``conversation(rounds)`` is what the gateway holds when the loop sends its request after
 ``rounds`` tool calls: instructions, eight function tools, the task, then per round the
-model's function call (the simulator's own choice, ``worker.answers``, as in a live run),
+model's function call (the simulator's own choice, ``turnpike.worker.answers``, as in a live run),
 the tool's output (~4 KB of this repository's source) and the user's nudge (none after
 the last call: the loop's last request). The last round's items are what a follow-up
 appends. Deterministic for a given checkout.
@@ -16,11 +16,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from bench.loop.rollout import DEFAULT_OUTPUT_CHARS, Rollout, repo_corpus
 from turnpike.conversation.v1.conversation_pb2 import Item, Tool
 from turnpike.vocab import harmony_encoding
-from worker.answers import FunctionCallAnswer, plan_answer
-
-from bench.loop.rollout import DEFAULT_OUTPUT_CHARS, Rollout, repo_corpus
+from turnpike.worker.answers import FunctionCallAnswer, plan_answer
 
 OUTPUT_CHARS = DEFAULT_OUTPUT_CHARS
 # Fixed, so every run sends the same instructions (the loop's runs differ on purpose).
@@ -105,7 +104,7 @@ def tool_outputs(count: int, chars: int) -> list[str]:
 
 @functools.cache
 def _renderer():
-    from tokenizer.render import Renderer
+    from turnpike.tokenizer.render import Renderer
 
     return Renderer()
 

@@ -1,4 +1,4 @@
-"""Router: routing decisions per second in-process (``router.routing``), and the Route RPC's
+"""Router: routing decisions per second in-process (``turnpike.router.routing``), and the Route RPC's
 latency and throughput against a router process with two real workers."""
 
 from __future__ import annotations
@@ -8,9 +8,6 @@ import statistics
 import time
 
 import grpc
-from router.routing import Worker, WorkerRouter
-from turnpike.grpc_client import insecure_channel
-from turnpike.router.v1 import router_pb2, router_pb2_grpc
 
 from bench.services.common import (
     Budget,
@@ -23,6 +20,9 @@ from bench.services.common import (
     sample,
     summarize,
 )
+from turnpike.grpc_client import insecure_channel
+from turnpike.router.routing import Worker, WorkerRouter
+from turnpike.router.v1 import router_pb2, router_pb2_grpc
 
 NEEDS = ("router", "worker-1", "worker-2")
 MODEL = "turnpike-sim"
@@ -207,9 +207,9 @@ async def run(ctx: Context) -> Report:
         service="router",
         title="Router: decision time",
         summary=(
-            "How long the router takes to pick a worker: the pure `router.routing` decision "
+            "How long the router takes to pick a worker: the pure `turnpike.router.routing` decision "
             "in-process, and the `Route` RPC (model resolution + decision + reply) against a "
-            "`python -m router` process polling two `python -m worker` processes' health."
+            "`python -m turnpike.router` process polling two `python -m turnpike.worker` processes' health."
         ),
         params={
             "model": MODEL,

@@ -6,14 +6,6 @@ from __future__ import annotations
 import statistics
 import time
 
-from safety.classifier import ProfanityClassifier
-from safety.engine import Mode, SafetyEngine
-from safety.policy import Thresholds
-from safety.state import ConversationStore
-from turnpike.conversation.v1.conversation_pb2 import Item
-from turnpike.grpc_client import insecure_channel
-from turnpike.safety.v1 import safety_pb2, safety_pb2_grpc
-
 from bench.services.common import (
     Context,
     Report,
@@ -35,6 +27,13 @@ from bench.services.history import (
     history_tokens,
     tool_outputs,
 )
+from turnpike.conversation.v1.conversation_pb2 import Item
+from turnpike.grpc_client import insecure_channel
+from turnpike.safety.classifier import ProfanityClassifier
+from turnpike.safety.engine import Mode, SafetyEngine
+from turnpike.safety.policy import Thresholds
+from turnpike.safety.state import ConversationStore
+from turnpike.safety.v1 import safety_pb2, safety_pb2_grpc
 
 NEEDS = ("safety",)
 TURNS = (1, 5, 10, 20, 30, 40)
@@ -275,7 +274,7 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
             "a conversation "
             "whose state is kept (mode INCREMENTAL). Each item's text is chunked and scored "
             "by the profanity model in one batch, and scanned for credentials. In-process "
-            "calls `safety.engine.SafetyEngine.classify`; gRPC calls a `python -m safety` "
+            "calls `turnpike.safety.engine.SafetyEngine.classify`; gRPC calls a `python -m turnpike.safety` "
             "process on loopback, one request at a time."
         ),
         params={"turns": list(ctx.pick(TURNS, QUICK_TURNS)), "budget": vars(ctx.budget)},

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import time
 
-from tokenizer.render import Renderer
-from turnpike.grpc_client import insecure_channel
-from turnpike.tokenizer.v1 import tokenizer_pb2, tokenizer_pb2_grpc
-
 from bench.services.common import (
     Context,
     Report,
@@ -24,6 +20,9 @@ from bench.services.common import (
     summarize,
 )
 from bench.services.history import OUTPUT_CHARS, conversation
+from turnpike.grpc_client import insecure_channel
+from turnpike.tokenizer.render import Renderer
+from turnpike.tokenizer.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 
 NEEDS = ("tokenizer",)
 TURNS = (1, 5, 10, 20, 30, 40)
@@ -174,7 +173,7 @@ def _report(ctx: Context, measurements: list[dict], duration: float) -> Report:
             f"function call, ~{OUTPUT_CHARS // 1000} KB of this repository's source as its "
             "output and a short user nudge). *Full* renders the whole conversation "
             "(`Render`), *append* only the last round's items (`RenderAppend`). "
-            "In-process calls `tokenizer.render.Renderer`; gRPC calls a `python -m tokenizer` "
+            "In-process calls `turnpike.tokenizer.render.Renderer`; gRPC calls a `python -m turnpike.tokenizer` "
             "process on loopback, one request at a time (request protos built beforehand)."
         ),
         params={

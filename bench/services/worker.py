@@ -10,12 +10,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from turnpike import token_bytes
-from turnpike.conversation.v1.conversation_pb2 import Item
-from turnpike.grpc_client import insecure_channel
-from turnpike.inference.v1 import inference_pb2 as pb
-from turnpike.inference.v1 import inference_pb2_grpc
-
 from bench.loop.direct import build_plan
 from bench.loop.rollout import Rollout, repo_corpus
 from bench.loop.stack import cpu_seconds, pids_listening
@@ -30,6 +24,11 @@ from bench.services.common import (
     summarize,
 )
 from bench.services.history import tool_outputs
+from turnpike import token_bytes
+from turnpike.conversation.v1.conversation_pb2 import Item
+from turnpike.grpc_client import insecure_channel
+from turnpike.inference.v1 import inference_pb2 as pb
+from turnpike.inference.v1 import inference_pb2_grpc
 
 NEEDS = ("worker-1",)
 MODEL = "turnpike-sim"
@@ -385,7 +384,7 @@ def _report(
         service="worker",
         title="Worker: pacing accuracy, time to first token and CPU per agent-loop turn",
         summary=(
-            "A `python -m worker` process (the CPU simulator) called over gRPC, one stream at "
+            "A `python -m turnpike.worker` process (the CPU simulator) called over gRPC, one stream at "
             "a time. Pacing: answers cut to a fixed number of tokens by `max_output_tokens`, "
             "decoded at the configured speed. Time to first token: a fresh random prompt "
             "(every block a cache miss), then the same prompt again (a prefix-cache hit). CPU: "

@@ -10,10 +10,11 @@ import uuid
 import httpx
 import openai
 import pytest
-from gateway.store import StoredResponse
-from gateway.store_redis import RedisResponseStore
 from openai import OpenAI
 from support.background import start_long_response, stream_then_drop
+
+from turnpike.gateway.state.responses import StoredResponse
+from turnpike.gateway.state.responses_redis import RedisResponseStore
 
 pytestmark = pytest.mark.stack
 

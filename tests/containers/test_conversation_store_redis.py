@@ -10,9 +10,6 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from gateway.conversation_bounds import ConversationTooLarge
-from gateway.conversation_store import new_conversation
-from gateway.conversation_store_redis import RedisConversationStore
 from redis import asyncio as aioredis
 from support.conversation_store_contract import (
     CONTRACT_BOUNDS,
@@ -20,6 +17,10 @@ from support.conversation_store_contract import (
     check_conversation_store,
     message,
 )
+
+from turnpike.gateway.state.conversation_bounds import ConversationTooLarge
+from turnpike.gateway.state.conversations import new_conversation
+from turnpike.gateway.state.conversations_redis import RedisConversationStore
 
 TTL_S = 600
 

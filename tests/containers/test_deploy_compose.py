@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.compose_services import BACKENDS, GATEWAYS, TURNPIKE_SERVICES
+
 from turnpike.catalogue import SERVICES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,7 +137,7 @@ def test_the_billing_ledger_is_on_a_named_volume(compose):
 
 
 def test_services_get_standard_otel_settings_and_known_turnpike_variables(compose):
-    code = "\n".join(p.read_text() for p in (REPO / "services").glob("*/*.py"))
+    code = "\n".join(p.read_text() for p in (REPO / "src").rglob("*.py"))
     # The catalogue names these (Service.metrics_port_variable) rather than spelling them.
     metrics_variables = {s.metrics_port_variable for s in SERVICES}
     for name in TURNPIKE_SERVICES:

@@ -215,7 +215,7 @@ def test_every_setting_env_gives_a_value_is_set_alike_in_kubernetes():
 
 
 def test_variables_are_standard_otel_or_read_by_a_service():
-    code = "\n".join(p.read_text() for p in (REPO / "services").glob("*/*.py"))
+    code = "\n".join(p.read_text() for p in (REPO / "src").rglob("*.py"))
     names = set(objects("ConfigMap")["turnpike-config"]["data"])
     names |= set(objects("Secret")["turnpike-api-keys"]["stringData"])
     for _, _, container in containers():

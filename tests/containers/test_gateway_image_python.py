@@ -10,8 +10,8 @@ from testcontainers.core.container import DockerContainer
 PROBE = r"""
 import asyncio, contextlib, sys
 from types import SimpleNamespace
-from gateway.errors import ApiError
-from gateway.stages.base import Concurrently
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.pipeline.stages.base import Concurrently
 
 class Away:
     def __init__(self, name): self.name, self.output = name, name

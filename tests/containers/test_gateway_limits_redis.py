@@ -15,11 +15,12 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from gateway.limits import FallbackLimiter, RedisLimiter
-from gateway.tenants import TenantLimits, TokenBudget
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 from support.metric_samples import Delta
+
+from turnpike.gateway.tenancy.limits import FallbackLimiter, RedisLimiter
+from turnpike.gateway.tenancy.tenants import TenantLimits, TokenBudget
 
 
 @pytest.fixture

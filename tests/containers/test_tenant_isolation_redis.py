@@ -10,9 +10,10 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from gateway.background_redis import SharedBackground
-from gateway.store import StoredResponse
-from gateway.store_redis import RedisResponseStore
+
+from turnpike.gateway.state.background_redis import SharedBackground
+from turnpike.gateway.state.responses import StoredResponse
+from turnpike.gateway.state.responses_redis import RedisResponseStore
 
 TTL_S = 60
 

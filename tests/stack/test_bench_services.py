@@ -46,10 +46,9 @@ def test_service_histories_are_the_agent_loops_rollout(monkeypatch: pytest.Monke
     """One workload: the service benchmarks' histories are the loop's requests, the
     model's calls chosen by the simulator as in a live loop."""
     monkeypatch.syspath_prepend(str(REPO_ROOT))  # bench/ is not installed, it runs from here
-    from turnpike.conversation.v1.conversation_pb2 import Item
-
     from bench.loop.rollout import NUDGES, TASK, TOOLS, Rollout, repo_corpus
     from bench.services.history import conversation
+    from turnpike.conversation.v1.conversation_pb2 import Item
 
     conv = conversation(3)
     rollout = Rollout("any-run", repo_corpus(), turns=4)

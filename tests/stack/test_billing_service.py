@@ -13,11 +13,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from billing.server import MAX_BATCH_EVENTS, BillingServicer, LedgerThread
-from gateway.billing_outbox import BillingOutbox
 from support.metric_samples import Delta
 from support.procs import free_port, start_service
+
+from turnpike.billing.server import MAX_BATCH_EVENTS, BillingServicer, LedgerThread
 from turnpike.billing.v1 import billing_pb2, billing_pb2_grpc
+from turnpike.gateway.upstream.billing_outbox import BillingOutbox
 from turnpike.grpc_client import insecure_channel, wait_healthy
 
 SERVICE = "turnpike.billing.v1.Billing"

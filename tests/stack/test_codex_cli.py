@@ -24,7 +24,7 @@ pytestmark = [
 ]
 
 PROMPT = "Say hello."
-ROUTER_MODELS = REPO_ROOT / "services" / "router" / "models.json"
+ROUTER_MODELS = REPO_ROOT / "src" / "turnpike" / "router" / "models.json"
 
 
 def assert_answered(result) -> None:
@@ -124,7 +124,7 @@ def test_a_shedding_gateway_answers_a_new_upgrade_426(stack) -> None:
         stop(proc)
 
 
-# A multi-step task as the simulator follows one (worker.answers: one call per step).
+# A multi-step task as the simulator follows one (turnpike.worker.answers: one call per step).
 TASK = (
     "Do this:\n1. Run `git log --oneline`.\n2. Apply a patch that adds notes.md with a greeting.\n"
 )

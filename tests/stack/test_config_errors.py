@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 from support.procs import start_service
+
 from turnpike.catalogue import SERVICES
 from turnpike.config import (
     ConfigError,

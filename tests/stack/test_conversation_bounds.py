@@ -24,32 +24,33 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 import httpx
 import pytest
-from gateway.backends import Backends
-from gateway.connection_cache import ConnectionCache
-from gateway.conversation_bounds import ConversationBounds, items_bytes
-from gateway.conversation_state import ConversationState
-from gateway.conversation_store import InMemoryConversationStore, new_conversation
-from gateway.engine import ResponseEngine
-from gateway.errors import ApiError
-from gateway.items import normalize_input, to_proto
-from gateway.model_cache import ModelConfigCache
-from gateway.pipelines import CONNECTION, LEGACY, SPRINT
-from gateway.stages import Resources
-from gateway.store import StoredResponse
-from gateway.store_memory import InMemoryResponseStore
-from gateway.token_cache import TokenCache
 from support.billing_standin import recording_outbox
 from support.gateway_process import start_gateway, stop
 from support.gateway_standins import StandIns, context, create, message, prepare
 from support.openresponses import validate_error_body
 from support.procs import free_port, start_service
+from websockets.sync.client import connect as ws_connect
+
 from turnpike.catalogue import service
 from turnpike.config import ConfigError, Endpoints, GatewaySettings
 from turnpike.conversation.v1 import conversation_pb2
+from turnpike.gateway.engine.response_engine import ResponseEngine
+from turnpike.gateway.pipeline.stages import Resources
+from turnpike.gateway.pipeline.variants import CONNECTION, LEGACY, SPRINT
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.protocol.items import normalize_input, to_proto
+from turnpike.gateway.state.connection_cache import ConnectionCache
+from turnpike.gateway.state.conversation_bounds import ConversationBounds, items_bytes
+from turnpike.gateway.state.conversation_state import ConversationState
+from turnpike.gateway.state.conversations import InMemoryConversationStore, new_conversation
+from turnpike.gateway.state.model_cache import ModelConfigCache
+from turnpike.gateway.state.responses import StoredResponse
+from turnpike.gateway.state.responses_memory import InMemoryResponseStore
+from turnpike.gateway.state.token_cache import TokenCache
+from turnpike.gateway.upstream.backends import Backends
 from turnpike.grpc_client import wait_healthy
 from turnpike.image_resolution import Limits
 from turnpike.safety.v1 import safety_pb2, safety_pb2_grpc
-from websockets.sync.client import connect as ws_connect
 
 MAX_ITEMS = 200
 MAX_BYTES = 256 * 1024

@@ -1,4 +1,4 @@
-"""The local process launcher (``services/devstack``): environment wiring without
+"""The local process launcher (``src/devstack``): environment wiring without
 processes, then real processes with stand-in services (tests/support/standin_*.py)."""
 
 from __future__ import annotations
@@ -18,11 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from devstack.__main__ import config_from_args, parse_args
-from devstack.environment import build_env
-from devstack.layout import ServiceSpec, StackConfig, default_services
-from devstack.supervisor import LocalStack, StackError, check_ports_free
 from support.standin_stack import SUPPORT_DIR, standin_services
+
 from turnpike.catalogue import (
     BACKENDS,
     GATEWAY,
@@ -35,6 +32,10 @@ from turnpike.catalogue import (
     service,
 )
 from turnpike.config import DEV_API_KEY
+from turnpike.devstack.__main__ import config_from_args, parse_args
+from turnpike.devstack.environment import build_env
+from turnpike.devstack.layout import ServiceSpec, StackConfig, default_services
+from turnpike.devstack.supervisor import LocalStack, StackError, check_ports_free
 
 BACKEND_NAMES = [b.name for b in BACKENDS]
 # make run's layout: one of each service, and a second worker on the next port.
@@ -56,7 +57,7 @@ def test_default_layout_wires_every_service_to_the_others(tmp_path: Path) -> Non
     assert {s.port for s in services.values()} == DEFAULT_PORTS
     assert services["gateway"].kind == "http"
     assert all(s.kind == "grpc" for n, s in services.items() if n != "gateway")
-    assert services["worker-2"].module == "worker"
+    assert services["worker-2"].module == "turnpike.worker"
 
     router = env_of(config, "router")
     w1, w2 = WORKER.port, WORKER.port + 1
@@ -317,7 +318,7 @@ def test_a_process_that_dies_while_running_is_reported(tmp_path: Path) -> None:
     assert all(gone(pid) for pid in pids.values())
 
 
-# -- python -m devstack ---------------------------------------------------------------
+# -- python -m turnpike.devstack ---------------------------------------------------------------
 
 
 def free_port_base() -> int:
@@ -333,7 +334,7 @@ def free_port_base() -> int:
 
 
 class Cli:
-    """``python -m devstack`` over stand-ins, its stdout read line by line."""
+    """``python -m turnpike.devstack`` over stand-ins, its stdout read line by line."""
 
     def __init__(self, tmp_path: Path, overrides: dict | None = None) -> None:
         self.state = tmp_path / "state"

@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from support.procs import free_port, start_service
 from support.proto_strategies import messages
+
 from turnpike.billing.v1 import billing_pb2
 from turnpike.imageres.v1 import imageres_pb2
 from turnpike.inference.v1 import inference_pb2

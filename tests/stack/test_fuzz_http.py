@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import schemathesis
-from gateway.openapi_api import DOCUMENT_PATH
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -25,6 +24,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 from support.fuzz_gateway import FuzzGateway, start_fuzz_gateway, stop_fuzz_gateway
+
+from turnpike.gateway.api.openapi import DOCUMENT_PATH
 
 pytestmark = pytest.mark.stack
 

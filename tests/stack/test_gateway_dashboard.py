@@ -19,11 +19,18 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 from fastapi import FastAPI
-from gateway import dashboard_api, metrics
-from gateway.dashboard.live import LiveDashboard
-from gateway.dashboard.sampler import Histogram, Sampler, histogram_quantile, take_snapshot
-from gateway.tracing import UNTRACED_PATHS
 from prometheus_client import REGISTRY
+
+from turnpike.gateway import metrics
+from turnpike.gateway.api import dashboard as dashboard_api
+from turnpike.gateway.observability.dashboard.live import LiveDashboard
+from turnpike.gateway.observability.dashboard.sampler import (
+    Histogram,
+    Sampler,
+    histogram_quantile,
+    take_snapshot,
+)
+from turnpike.gateway.observability.tracing import UNTRACED_PATHS
 
 INF = math.inf
 
@@ -186,7 +193,7 @@ def test_no_tenant_reaches_the_view() -> None:
 MULTIPROCESS_TURN = """
 import json
 from gateway import metrics
-from gateway.dashboard.sampler import Sampler, take_snapshot
+from turnpike.gateway.observability.dashboard.sampler import Sampler, take_snapshot
 from turnpike.metrics import multiprocess_registry
 
 sampler = Sampler()

@@ -1,4 +1,4 @@
-"""Tenants and their keys (gateway.tenants): the tenants file and its errors, each naming
+"""Tenants and their keys (turnpike.gateway.tenancy.tenants): the tenants file and its errors, each naming
 its line; key lookups; model allow-lists; budget periods; reload; the mint and check
 commands; and real gateway processes started with a bad file and with a good one."""
 
@@ -21,8 +21,13 @@ from types import SimpleNamespace
 import httpx
 import jsonschema
 import pytest
-from gateway.errors import ApiError
-from gateway.tenants import (
+from support.gateway_process import start_gateway, stop
+from support.procs import REPO_ROOT
+from test_config_errors import assert_configuration_error, run_with
+
+from turnpike.config import ConfigError, GatewaySettings
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.tenancy.tenants import (
     NO_ACCESS,
     SCHEMA_PATH,
     UNLIMITED,
@@ -34,10 +39,6 @@ from gateway.tenants import (
     main,
     reload_on_sighup,
 )
-from support.gateway_process import start_gateway, stop
-from support.procs import REPO_ROOT
-from test_config_errors import assert_configuration_error, run_with
-from turnpike.config import ConfigError, GatewaySettings
 
 ACME_KEY = "sk-turnpike-acme-test-key"
 BETA_KEY = "sk-turnpike-beta-test-key"
@@ -337,7 +338,7 @@ def test_reload_serves_the_new_file_and_logs_names_never_keys(tmp_path, caplog):
     directory = TenantDirectory.from_file(path)
     # acme gets another key, beta goes, gamma comes with its key.
     write(tmp_path, GOOD.replace(ACME, OTHER).replace("beta", "gamma"))
-    with caplog.at_level(logging.INFO, logger="gateway.tenants"):
+    with caplog.at_level(logging.INFO, logger="turnpike.gateway.tenancy.tenants"):
         directory.reload()
     assert directory.tenants() == ["acme", "gamma"]
     assert directory.tenant_for(bearer(BETA_KEY)) == "gamma"
@@ -356,7 +357,7 @@ def test_a_bad_file_on_reload_keeps_the_tenants_in_force(tmp_path, caplog):
     path = write(tmp_path, GOOD)
     directory = TenantDirectory.from_file(path)
     write(tmp_path, GOOD + "    requests_per_hour: 5\n")
-    with caplog.at_level(logging.INFO, logger="gateway.tenants"):
+    with caplog.at_level(logging.INFO, logger="turnpike.gateway.tenancy.tenants"):
         directory.reload()  # raises nothing
     assert directory.tenant_for(bearer(ACME_KEY)) == "acme"
     assert directory.limits("beta").requests_per_minute == 60
@@ -372,7 +373,7 @@ def test_a_bad_file_on_reload_keeps_the_tenants_in_force(tmp_path, caplog):
 
 def test_reload_without_a_file_changes_nothing(caplog):
     directory = TenantDirectory.from_api_keys("k1:acme")
-    with caplog.at_level(logging.INFO, logger="gateway.tenants"):
+    with caplog.at_level(logging.INFO, logger="turnpike.gateway.tenancy.tenants"):
         directory.reload()
     assert directory.tenant_for(bearer("k1")) == "acme"
     assert "TURNPIKE_API_KEYS" in caplog.text
@@ -417,7 +418,7 @@ def test_mint_refuses_a_tenant_name_the_file_would_refuse():
 def test_check_says_what_the_gateway_would_say(tmp_path):
     good = write(tmp_path, GOOD, "good.yaml")
     bad = write(tmp_path, GOOD + "  beta:\n    keys: []\n", "bad.yaml")
-    command = [sys.executable, "-m", "gateway.tenants", "check"]
+    command = [sys.executable, "-m", "turnpike.gateway.tenancy.tenants", "check"]
     ok = subprocess.run([*command, good], capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and "valid: 2 tenants, 2 keys" in ok.stdout
     refused = subprocess.run([*command, bad], capture_output=True, text=True, timeout=60)

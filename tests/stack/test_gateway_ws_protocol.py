@@ -4,7 +4,12 @@ import json
 import subprocess
 import sys
 
-from gateway.ws_protocol import CloseConnection, SendEvent, StartResponse, WsSession
+from turnpike.gateway.api.websocket_protocol import (
+    CloseConnection,
+    SendEvent,
+    StartResponse,
+    WsSession,
+)
 
 T0 = 1000.0  # the session's clock is whatever the caller passes as ``now``
 LIFETIME = 60.0
@@ -272,6 +277,6 @@ def test_the_protocol_core_imports_without_io_libraries():
     code = (
         "import sys\n"
         f"for name in {blocked!r}: sys.modules[name] = None\n"
-        "import gateway.ws_protocol\n"
+        "import turnpike.gateway.api.websocket_protocol\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -10,6 +10,7 @@ import time
 
 import grpc
 import pytest
+
 from turnpike.imageres.v1 import imageres_pb2
 from turnpike.inference.v1 import inference_pb2
 

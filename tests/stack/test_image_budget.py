@@ -17,15 +17,16 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from gateway.errors import ApiError
-from gateway.stages.resolve_images import image_tokens
-from imageres.server import ImageResolverServicer
 from PIL import Image, ImageFile
 from support.gateway_process import start_gateway, stop
 from support.openresponses import validate_error_body
 from support.procs import free_port, start_service
+from websockets.sync.client import connect as ws_connect
+
 from turnpike.config import ConfigError, ImageresSettings
 from turnpike.conversation.v1 import conversation_pb2
+from turnpike.gateway.pipeline.stages.resolve_images import image_tokens
+from turnpike.gateway.protocol.errors import ApiError
 from turnpike.grpc_client import insecure_channel, wait_healthy
 from turnpike.image_budget import (
     DecodeAllowance,
@@ -43,9 +44,9 @@ from turnpike.image_resolution import (
     Resolution,
     resolve_image,
 )
+from turnpike.imageres.server import ImageResolverServicer
 from turnpike.imageres.v1 import imageres_pb2, imageres_pb2_grpc
 from turnpike.inference.v1 import inference_pb2
-from websockets.sync.client import connect as ws_connect
 
 BIG = 8192  # the per-image pixel limit's side (TURNPIKE_IMAGERES_MAX_IMAGE_PIXELS)
 MIB = 1024 * 1024

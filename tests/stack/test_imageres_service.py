@@ -13,15 +13,16 @@ from dataclasses import dataclass, field
 
 import grpc
 import pytest
-from imageres.proxy import WorkerChannels
-from imageres.server import ImageResolverServicer
 from PIL import Image
 from support.metric_samples import Delta
 from support.procs import free_port, start_service
+
 from turnpike import token_bytes
 from turnpike.conversation.v1 import conversation_pb2
 from turnpike.grpc_client import insecure_channel, wait_healthy
 from turnpike.image_resolution import Limits
+from turnpike.imageres.proxy import WorkerChannels
+from turnpike.imageres.server import ImageResolverServicer
 from turnpike.imageres.v1 import imageres_pb2, imageres_pb2_grpc
 from turnpike.inference.v1 import inference_pb2, inference_pb2_grpc
 
@@ -347,7 +348,7 @@ class FakeChannel:
 async def test_worker_channels_stay_bounded_and_close_what_they_evict(monkeypatch) -> None:
     """Callers naming ever new (valid) worker addresses must not grow the channels
     without bound: the least recently used is evicted and closed."""
-    import imageres.proxy
+    from turnpike.imageres import proxy
 
     opened: dict[str, FakeChannel] = {}
 
@@ -355,7 +356,7 @@ async def test_worker_channels_stay_bounded_and_close_what_they_evict(monkeypatc
         opened[address] = FakeChannel(address)
         return opened[address]
 
-    monkeypatch.setattr(imageres.proxy, "insecure_channel", open_channel)
+    monkeypatch.setattr(proxy, "insecure_channel", open_channel)
     channels = WorkerChannels()
     try:
         first = channels.stub("worker-0:50061")

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
+
 from turnpike.catalogue import SERVICES, WORKER
 
 pytestmark = pytest.mark.stack

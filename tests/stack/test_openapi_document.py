@@ -1,4 +1,4 @@
-"""The gateway's OpenAPI document (services/gateway/openapi.json): current with its
+"""The gateway's OpenAPI document (src/turnpike/gateway/api/openapi.json): current with its
 sources, valid OpenAPI, listing exactly the routes the app has, and served."""
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from typing import Any
 import httpx
 import schemathesis
 from fastapi.routing import APIRoute, APIWebSocketRoute
-from gateway.app import create_app
-from gateway.openapi_api import DOCUMENT_PATH
 from jsonschema import Draft202012Validator
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 from support.procs import REPO_ROOT
 from support.scripts import load_script
+
+from turnpike.gateway.api.app import create_app
+from turnpike.gateway.api.openapi import DOCUMENT_PATH
 
 gen_openapi = load_script("gen_openapi", REPO_ROOT / "scripts" / "gen_openapi.py")
 HTTP_METHODS = {"get", "post", "put", "patch", "delete", "head", "options"}
@@ -29,7 +30,7 @@ def document() -> dict:
 
 def test_the_committed_document_is_current() -> None:
     assert DOCUMENT_PATH.read_text() == gen_openapi.render(), (
-        "services/gateway/openapi.json is stale: run `make openapi`"
+        "src/turnpike/gateway/api/openapi.json is stale: run `make openapi`"
     )
 
 

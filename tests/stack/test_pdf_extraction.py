@@ -1,5 +1,5 @@
 """PDF text extraction off the event loop, bounded (issue 19): the PDF workers
-(gateway.pdf_pool, gateway.pdf_worker) and ``read_pdfs`` (gateway.input_files).
+(turnpike.gateway.upstream.pdf_pool, turnpike.gateway.upstream.pdf_worker) and ``read_pdfs`` (turnpike.gateway.upstream.input_files).
 
 A probe's PDFs (support.pdf_bombs) stalled every client of the gateway for seconds to
 minutes and flooded its log; the compliance suite's PDF without a cross-reference table
@@ -21,15 +21,17 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway.errors import ApiError
-from gateway.input_files import MAX_PDFS_PER_REQUEST, PENDING, read_pdfs
-from gateway.pdf_pool import PdfFailure, PdfPool, PdfPoolBusy
-from gateway.request import parse_create
 from support import pdf_bombs
 from support.gateway_process import start_gateway, stop
 from support.pdf import COMPLIANCE_FIXTURE, COMPLIANCE_FIXTURE_TEXT, minimal_pdf
-from turnpike.config import ConfigError, PdfSettings
 from websockets.sync.client import connect as ws_connect
+
+from turnpike.config import ConfigError, PdfSettings
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.protocol.input_files import PENDING
+from turnpike.gateway.protocol.request import parse_create
+from turnpike.gateway.upstream.pdf_pool import PdfFailure, PdfPool, PdfPoolBusy
+from turnpike.gateway.upstream.pdf_text import MAX_PDFS_PER_REQUEST, read_pdfs
 
 PARAM = "input[0].content[0].file_data"
 

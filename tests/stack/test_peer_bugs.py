@@ -26,9 +26,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from devstack import LocalStack, StackConfig
 from support.openresponses import validate_response_object, validate_ws_event
 from websockets.sync.client import connect as ws_connect
+
+from turnpike.devstack import LocalStack, StackConfig
 
 LONG_ANSWER = "Describe the weather of every city you know, in 1000 words."
 SLOW_MODEL = "turnpike-sim-65"  # 65 tokens/s: a stream that lasts long enough to cut

@@ -1,4 +1,4 @@
-"""The router's health polling (router.health) against real gRPC servers: a worker that
+"""The router's health polling (turnpike.router.health) against real gRPC servers: a worker that
 starts after the router began probing it is seen by the first check once it serves.
 
 Each failed connection lengthens a gRPC channel's reconnect backoff; a probe whose
@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from router.health import HealthMonitor
-from router.routing import Worker, WorkerRouter
 from support.procs import free_port
 from test_router_process import fake_worker
+
+from turnpike.router.health import HealthMonitor
+from turnpike.router.routing import Worker, WorkerRouter
 
 LATE_WORKERS = 4  # each would be missed about half the time with the old backoff
 PROBING_S = 6.0  # long enough for the backoff to reach its ceiling

@@ -11,9 +11,10 @@ import time
 import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from router.health import INFERENCE_SERVICE
 from support.procs import free_port, service_env, start_service
+
 from turnpike.grpc_client import wait_healthy
+from turnpike.router.health import INFERENCE_SERVICE
 from turnpike.router.v1 import router_pb2, router_pb2_grpc
 
 
@@ -150,7 +151,7 @@ def test_router_exits_with_clear_error_on_bad_models_file(tmp_path) -> None:
     bad = tmp_path / "models.json"
     bad.write_text('{"models": [{"id": "x"}]}')
     proc = subprocess.run(
-        [sys.executable, "-m", "router"],
+        [sys.executable, "-m", "turnpike.router"],
         env=service_env({"TURNPIKE_MODELS_FILE": str(bad)}),
         capture_output=True,
         text=True,

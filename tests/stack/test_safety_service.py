@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 import pytest
 from support.procs import free_port, start_service
+
 from turnpike.conversation.v1.conversation_pb2 import Item
 from turnpike.grpc_client import insecure_channel, wait_healthy
 from turnpike.safety.v1 import safety_pb2, safety_pb2_grpc

@@ -22,11 +22,12 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from devstack import LocalStack, StackConfig, StackError
 from support.chat_completions_fake import VLLM, ChatCompletionsFake
 from support.otlp_receiver import Receiver, Span, exporter_env
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
+
+from turnpike.devstack import LocalStack, StackConfig, StackError
 
 TENANT_KEY = "sk-tenant-5c1f0e9a7b3d4e6f8a2c4b6d"
 WRONG_KEY = "sk-wrong-8e2d4c6a0f1b3d5e7a9c1e3f"
@@ -76,7 +77,7 @@ class Run:
 
 def models_file(folder: Path) -> Path:
     """The default models and one on the Cerebras backend (the fake's scenario)."""
-    from router.registry import DEFAULT_MODELS_FILE
+    from turnpike.router.registry import DEFAULT_MODELS_FILE
 
     models = json.loads(DEFAULT_MODELS_FILE.read_text())
     cerebras = next(m for m in models["models"] if m["backend"] == "cerebras")

@@ -13,10 +13,11 @@ import grpc
 import pytest
 from support.metric_samples import Delta
 from support.procs import free_port, start_service
-from tokenizer.render import Renderer
-from tokenizer.server import TokenizerServicer
+
 from turnpike.conversation.v1.conversation_pb2 import Item, Tool
 from turnpike.grpc_client import insecure_channel, wait_healthy
+from turnpike.tokenizer.render import Renderer
+from turnpike.tokenizer.server import TokenizerServicer
 from turnpike.tokenizer.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 from turnpike.vocab import harmony_encoding
 

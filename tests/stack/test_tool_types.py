@@ -11,11 +11,12 @@ import re
 
 import httpx
 import pytest
-from gateway.errors import ApiError
-from gateway.request import parse_create
 from openai.types.responses import Response
 from support.tools import APPLY_PATCH_GRAMMAR
 from websockets.sync.client import connect as ws_connect
+
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.protocol.request import parse_create
 
 
 def function(name: str, required: list[str] | None = None) -> dict:
@@ -258,7 +259,7 @@ def test_a_custom_tool_call_streams_its_input_and_takes_its_output(stack) -> Non
 
 @pytest.mark.stack
 def test_a_plan_gets_one_call_per_step_over_websocket(stack) -> None:
-    """A numbered plan is followed one step per turn (worker.answers): a command, then a
+    """A numbered plan is followed one step per turn (turnpike.worker.answers): a command, then a
     patch, then the closing message; each call answered with its own kind of output."""
     headers = {"Authorization": f"Bearer {stack.api_key}"}
     plan = "Do this:\n1. Run `git status`.\n2. Apply a patch that adds notes.md.\n"

@@ -15,11 +15,6 @@ from dataclasses import dataclass
 import grpc
 import httpx
 import pytest
-from devstack import LocalStack, StackConfig, StackError
-from gateway import billing_outbox, tracing
-from gateway.billing_outbox import BillingOutbox
-from gateway.errors import ApiError, invalid
-from gateway.request_context import RequestContext
 from openai import OpenAI
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -39,8 +34,15 @@ from support.otlp_receiver import (
     trace_of,
 )
 from support.tools import QUESTION, WEATHER_TOOL, ask_over_websocket
+
 from turnpike import telemetry
 from turnpike.billing.v1 import billing_pb2
+from turnpike.devstack import LocalStack, StackConfig, StackError
+from turnpike.gateway.observability import tracing
+from turnpike.gateway.pipeline.request_context import RequestContext
+from turnpike.gateway.protocol.errors import ApiError, invalid
+from turnpike.gateway.upstream import billing_outbox
+from turnpike.gateway.upstream.billing_outbox import BillingOutbox
 
 HTTP_ROOT = "POST /v1/responses"  # FastAPI's span for the HTTP request
 RESPONSE = "response.create"  # the gateway's span for one response

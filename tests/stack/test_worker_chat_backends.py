@@ -21,17 +21,18 @@ from support.chat_completions_fake import ChatCompletionsFake
 from support.inference_items import LOOKUP, call, kinds, message, output, request, text_of
 from support.procs import free_port
 from support.tools import WEATHER_PROTO_TOOL, WEATHER_SCHEMA
+
 from turnpike import token_bytes
 from turnpike.backend_names import CEREBRAS, OPENAI_COMPATIBLE
 from turnpike.config import WorkerSettings
 from turnpike.grpc_client import wait_healthy
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.inference.v1 import inference_pb2_grpc
-from worker.backends import InvalidRequestError
-from worker.cerebras import CerebrasBackend
-from worker.chat_backend import ChatBackend
-from worker.openai_compatible import OpenAICompatibleBackend
-from worker.server import SERVICE_NAME
+from turnpike.worker.backends import InvalidRequestError
+from turnpike.worker.cerebras import CerebrasBackend
+from turnpike.worker.chat_backend import ChatBackend
+from turnpike.worker.openai_compatible import OpenAICompatibleBackend
+from turnpike.worker.server import SERVICE_NAME
 
 # ---- the adapters against the fake ---------------------------------------------------
 

@@ -16,9 +16,10 @@ import jsonschema
 import pytest
 from support.codex import codex_binary, codex_home, run_codex
 from support.tools import APPLY_PATCH_GRAMMAR
+
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.vocab import harmony_encoding
-from worker.answers import FunctionCallAnswer, plan_answer
+from turnpike.worker.answers import FunctionCallAnswer, plan_answer
 
 ENCODING = harmony_encoding()
 

@@ -16,10 +16,11 @@ import lark
 import pytest
 from support.codex import codex_binary
 from support.tools import APPLY_PATCH_GRAMMAR
-from worker.custom_input import MAX_DEFINITION_BYTES, custom_tool_input
-from worker.lark_grammar import load_lark_grammar
-from worker.patch_input import DEFAULT_PATH
-from worker.regex_nonempty import nonempty_regex
+
+from turnpike.worker.custom_input import MAX_DEFINITION_BYTES, custom_tool_input
+from turnpike.worker.lark_grammar import load_lark_grammar
+from turnpike.worker.patch_input import DEFAULT_PATH
+from turnpike.worker.regex_nonempty import nonempty_regex
 
 APPLY_PATCH = APPLY_PATCH_GRAMMAR  # the Codex CLI's, as its binary declares it
 # Its variant with an execution environment's id.
@@ -173,7 +174,7 @@ def test_the_input_is_the_same_in_another_process():
     """Lark compiles rules through sets and dicts; nothing may depend on the hash seed."""
     cases = [(SMALL_GRAMMARS["repetition"], "a b"), (SMALL_GRAMMARS["alternatives"], "greet Oslo")]
     script = (
-        "from worker.custom_input import custom_tool_input as c\n"
+        "from turnpike.worker.custom_input import custom_tool_input as c\n"
         f"for definition, text in {cases!r}:\n"
         "    print(repr(c('grammar', 'lark', definition, text, 4)))\n"
     )

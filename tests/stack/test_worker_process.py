@@ -15,16 +15,17 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.metric_samples import Delta
 from support.procs import free_port
+
 from turnpike import token_bytes
 from turnpike.backend_names import SIMULATOR
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.grpc_client import wait_healthy
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.inference.v1 import inference_pb2_grpc
-from worker.backends import Backends
-from worker.prefix_cache import PrefixCache
-from worker.server import SERVICE_NAME, InferenceServicer
-from worker.simulator import SimulatorBackend
+from turnpike.worker.backends import Backends
+from turnpike.worker.prefix_cache import PrefixCache
+from turnpike.worker.server import SERVICE_NAME, InferenceServicer
+from turnpike.worker.simulator import SimulatorBackend
 
 SCHEMA = {
     "type": "object",

@@ -1,4 +1,4 @@
-"""The gateway's access lines (``gateway.access_log``) in a captured log."""
+"""The gateway's access lines (``turnpike.gateway.observability.access_log``) in a captured log."""
 
 from __future__ import annotations
 

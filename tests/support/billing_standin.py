@@ -3,12 +3,12 @@ through the network: it records what it is sent."""
 
 from __future__ import annotations
 
-from gateway.billing_outbox import BillingOutbox
 from turnpike.billing.v1 import billing_pb2
+from turnpike.gateway.upstream.billing_outbox import BillingOutbox
 
 
 class RecordingBilling:
-    """Billing's two calls (``gateway.billing_outbox.BillingRpc``), recording every event."""
+    """Billing's two calls (``turnpike.gateway.upstream.billing_outbox.BillingRpc``), recording every event."""
 
     def __init__(self) -> None:
         self.events: list[billing_pb2.UsageEvent] = []

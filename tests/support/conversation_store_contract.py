@@ -8,8 +8,13 @@ import asyncio
 import uuid
 
 import pytest
-from gateway.conversation_bounds import ConversationBounds, ConversationTooLarge, item_bytes
-from gateway.conversation_store import ConversationStore, new_conversation
+
+from turnpike.gateway.state.conversation_bounds import (
+    ConversationBounds,
+    ConversationTooLarge,
+    item_bytes,
+)
+from turnpike.gateway.state.conversations import ConversationStore, new_conversation
 
 
 def message(text: str) -> dict:

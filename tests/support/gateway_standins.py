@@ -7,24 +7,21 @@ import asyncio
 from array import array
 
 import grpc
-from gateway.backends import Backends
-from gateway.connection_cache import ConnectionCache
-from gateway.conversation_state import ConversationState, RenderedPrefix
-from gateway.engine import ResponseEngine
-from gateway.items import to_proto
-from gateway.model_cache import ModelConfigCache
-from gateway.pipelines import (
-    Pipeline,
-)
-from gateway.prepared import Prepared
-from gateway.request import CreateRequest, parse_create
-from gateway.request_context import RequestContext
-from gateway.stages import (
-    Resources,
-)
-from gateway.store import StoredResponse
-from gateway.store_memory import InMemoryResponseStore
-from gateway.token_cache import TokenCache
+
+from turnpike.gateway.engine.response_engine import ResponseEngine
+from turnpike.gateway.pipeline.prepared import Prepared
+from turnpike.gateway.pipeline.request_context import RequestContext
+from turnpike.gateway.pipeline.stages import Resources
+from turnpike.gateway.pipeline.variants import Pipeline
+from turnpike.gateway.protocol.items import to_proto
+from turnpike.gateway.protocol.request import CreateRequest, parse_create
+from turnpike.gateway.state.connection_cache import ConnectionCache
+from turnpike.gateway.state.conversation_state import ConversationState, RenderedPrefix
+from turnpike.gateway.state.model_cache import ModelConfigCache
+from turnpike.gateway.state.responses import StoredResponse
+from turnpike.gateway.state.responses_memory import InMemoryResponseStore
+from turnpike.gateway.state.token_cache import TokenCache
+from turnpike.gateway.upstream.backends import Backends
 from turnpike.image_resolution import Limits
 from turnpike.router.v1 import router_pb2
 from turnpike.safety.v1 import safety_pb2

@@ -1,4 +1,4 @@
-"""Start a service as a real process (``python -m <module>``) for end-to-end tests."""
+"""Start a service as a real process (``python -m turnpike.<name>``) for end-to-end tests."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from support.paths import REPO_ROOT
+
 from turnpike.catalogue import service
 
 
@@ -28,13 +29,13 @@ def service_env(env: dict[str, str]) -> dict[str, str]:
     return {**clean, **env}
 
 
-def start_service(module: str, env: dict[str, str], **popen: Any) -> subprocess.Popen:
-    """Run ``python -m module`` from the repository root with ``env`` as its only
+def start_service(name: str, env: dict[str, str], **popen: Any) -> subprocess.Popen:
+    """Run ``python -m turnpike.<name>`` from the repository root with ``env`` as its only
     settings (``popen``: more ``subprocess.Popen`` arguments, e.g. to capture output).
     Its /metrics goes on a free port unless ``env`` says where: the catalogue's default
     may be taken by ``make run`` or by another test's process."""
-    metrics_port = service(module).metrics_port_variable
+    metrics_port = service(name).metrics_port_variable
     env = {metrics_port: str(free_port()), **env}
     return subprocess.Popen(
-        [sys.executable, "-m", module], cwd=REPO_ROOT, env=service_env(env), **popen
+        [sys.executable, "-m", f"turnpike.{name}"], cwd=REPO_ROOT, env=service_env(env), **popen
     )

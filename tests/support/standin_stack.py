@@ -1,7 +1,7 @@
 """The devstack layout with every service swapped for a stand-in (``standin_grpc`` for
-backends, ``standin_http`` for the gateway), and ``python -m devstack`` run over it.
+backends, ``standin_http`` for the gateway), and ``python -m turnpike.devstack`` run over it.
 
-Run as a program it is ``python -m devstack`` with the stand-ins; the children find
+Run as a program it is ``python -m turnpike.devstack`` with the stand-ins; the children find
 the stand-in modules through PYTHONPATH, which the caller sets to this folder.
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from devstack import ServiceSpec, StackConfig, default_services
-from devstack.__main__ import main
+from turnpike.devstack import ServiceSpec, StackConfig, default_services
+from turnpike.devstack.__main__ import main
 
 SUPPORT_DIR = Path(__file__).resolve().parent
 

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from gateway.tenants import hash_key, mint_key
+
+from turnpike.gateway.tenancy.tenants import hash_key, mint_key
 
 
 def write_tenants(path: Path, **tenants: dict[str, Any]) -> dict[str, str]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from turnpike.conversation.v1 import conversation_pb2 as cv
 from websockets.sync.client import connect as ws_connect
+
+from turnpike.conversation.v1 import conversation_pb2 as cv
 
 WEATHER_TOOL = {
     "type": "function",

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from billing.group_commit import GroupCommit
-from billing.ledger import UsageEvent
-from billing.server import LedgerThread
+
+from turnpike.billing.group_commit import GroupCommit
+from turnpike.billing.ledger import UsageEvent
+from turnpike.billing.server import LedgerThread
 
 
 class Disk:

@@ -7,7 +7,8 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from billing.ledger import Ledger, ModelUsage, UsageEvent
+
+from turnpike.billing.ledger import Ledger, ModelUsage, UsageEvent
 
 
 def event(event_id: str, tenant: str = "acme", model: str = "m1", **usage: int) -> UsageEvent:

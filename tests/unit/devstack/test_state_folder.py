@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from devstack.__main__ import config_from_args, parse_args
 from support.paths import REPO_ROOT
+
 from turnpike.config import BillingSettings, TokenizerSettings
+from turnpike.devstack.__main__ import config_from_args, parse_args
 
 CHECKOUT = REPO_ROOT
 

@@ -6,9 +6,10 @@ routed to no worker; without the trigger the same input is a 400
 from __future__ import annotations
 
 import pytest
-from gateway.errors import ApiError
-from gateway.pipelines import LEGACY, SPRINT
 from support.gateway_standins import create, prepare
+
+from turnpike.gateway.pipeline.variants import LEGACY, SPRINT
+from turnpike.gateway.protocol.errors import ApiError
 
 TRIGGER = {"type": "compaction_trigger"}
 LONG = [{"role": "user", "content": "hi"}]

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import pytest
-from gateway.errors import ApiError
-from gateway.request import parse_create
-from gateway.response_object import new_response
+
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.protocol.request import parse_create
+from turnpike.gateway.protocol.response_object import new_response
 
 
 def parse(**body):

@@ -4,13 +4,14 @@ items they hold together; least recently used out first)."""
 
 from __future__ import annotations
 
-from gateway.conversation_store import InMemoryConversationStore, new_conversation
 from support.conversation_store_contract import (
     CONTRACT_BOUNDS,
     check_conversation_bounds,
     check_conversation_store,
     message,
 )
+
+from turnpike.gateway.state.conversations import InMemoryConversationStore, new_conversation
 
 
 async def test_the_memory_store_keeps_the_contract() -> None:

@@ -1,15 +1,16 @@
-"""gateway.admission without a gateway: the order of its checks, the errors it maps the
+"""turnpike.gateway.tenancy.admission without a gateway: the order of its checks, the errors it maps the
 limiter's refusals to, and release (once, whatever happens)."""
 
 from __future__ import annotations
 
 import pytest
-from gateway.admission import AdmissionControl, estimate_tokens
-from gateway.errors import ApiError
-from gateway.limits import LocalLimiter
-from gateway.request import parse_create
-from gateway.shedding import InFlight
-from gateway.tenants import TenantLimits, TokenBudget
+
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.protocol.request import parse_create
+from turnpike.gateway.tenancy.admission import AdmissionControl, estimate_tokens
+from turnpike.gateway.tenancy.limits import LocalLimiter
+from turnpike.gateway.tenancy.shedding import InFlight
+from turnpike.gateway.tenancy.tenants import TenantLimits, TokenBudget
 
 
 def request(**body):

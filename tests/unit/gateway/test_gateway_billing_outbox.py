@@ -7,14 +7,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from billing.ledger import Ledger
-from billing.server import event_from_pb
-from gateway import billing_outbox
-from gateway.billing_outbox import BillingOutbox
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from turnpike.billing.ledger import Ledger
+from turnpike.billing.server import event_from_pb
 from turnpike.billing.v1 import billing_pb2
+from turnpike.gateway.upstream import billing_outbox
+from turnpike.gateway.upstream.billing_outbox import BillingOutbox
 
 
 def rpc_error(code: grpc.StatusCode) -> grpc.aio.AioRpcError:

@@ -1,4 +1,4 @@
-"""Bounds on input (gateway.bounds, json_codec, errors): a hostile body gets a 400 naming
+"""Bounds on input (turnpike.gateway.protocol.bounds, json_codec, errors): a hostile body gets a 400 naming
 the parameter, checked before any backend sees it, and error messages stay safe to send
 whatever the client put in them."""
 
@@ -8,11 +8,12 @@ import json
 
 import orjson
 import pytest
-from gateway.bounds import MAX_JSON_DEPTH, MAX_MODEL_CHARS, check_create
-from gateway.errors import MAX_MESSAGE_CHARS, ApiError, echo, invalid, not_found
-from gateway.json_codec import parse_json
-from gateway.request import parse_create
-from gateway.ws_protocol import SendEvent, WsSession
+
+from turnpike.gateway.api.websocket_protocol import SendEvent, WsSession
+from turnpike.gateway.protocol.bounds import MAX_JSON_DEPTH, MAX_MODEL_CHARS, check_create
+from turnpike.gateway.protocol.errors import MAX_MESSAGE_CHARS, ApiError, echo, invalid, not_found
+from turnpike.gateway.protocol.json_codec import parse_json
+from turnpike.gateway.protocol.request import parse_create
 
 
 def nested(depth: int) -> str:

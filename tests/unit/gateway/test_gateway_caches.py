@@ -3,10 +3,10 @@ rendered tokens and model configurations."""
 
 from array import array
 
-from gateway.connection_cache import ConnectionCache
-from gateway.conversation_state import ConversationState, RenderedPrefix
-from gateway.model_cache import ModelConfigCache
-from gateway.token_cache import TokenCache
+from turnpike.gateway.state.connection_cache import ConnectionCache
+from turnpike.gateway.state.conversation_state import ConversationState, RenderedPrefix
+from turnpike.gateway.state.model_cache import ModelConfigCache
+from turnpike.gateway.state.token_cache import TokenCache
 
 
 def prefix(tokens: int, items: int = 1) -> RenderedPrefix:

@@ -1,11 +1,12 @@
-"""The resume buffer of background responses (gateway.event_buffer)."""
+"""The resume buffer of background responses (turnpike.gateway.state.event_buffer)."""
 
 import asyncio
 
 import pytest
-from gateway.errors import ApiError
-from gateway.event_buffer import EventBuffer
-from gateway.event_queue import ResponseEventQueue
+
+from turnpike.gateway.engine.event_queue import ResponseEventQueue
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.state.event_buffer import EventBuffer
 
 
 def event(seq, kind="response.output_text.delta"):

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from gateway.event_queue import ResponseEventQueue
+from turnpike.gateway.engine.event_queue import ResponseEventQueue
 
 
 def delta(seq, item="msg_1", text="a"):

@@ -1,8 +1,8 @@
 """The sans-I/O event builder: ordering, ids and the terminal object."""
 
-from gateway.events import ResponseEvents
-from gateway.request import parse_create
-from gateway.response_object import new_response, usage
+from turnpike.gateway.protocol.events import ResponseEvents
+from turnpike.gateway.protocol.request import parse_create
+from turnpike.gateway.protocol.response_object import new_response, usage
 
 
 def _events():

@@ -1,4 +1,4 @@
-"""The write-stall bound of the gateway's uvicorn protocols (gateway.http_protocol), on
+"""The write-stall bound of the gateway's uvicorn protocols (turnpike.gateway.api.uvicorn_protocols), on
 the protocol itself: a transport paused for longer than the bound is aborted (a client
 that never reads its SSE stream or socket), one that resumes in time is not."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.http_protocol import WriteStallMixin
+from turnpike.gateway.api.uvicorn_protocols import WriteStallMixin
 
 STALL_S = 0.05
 

@@ -11,17 +11,18 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from gateway.limits import (
+from support.metric_samples import Delta, sample
+from support.procs import free_port
+
+from turnpike.gateway.tenancy.limits import (
     FallbackLimiter,
     LimiterUnavailable,
     LocalLimiter,
     RedisLimiter,
     format_duration,
 )
-from gateway.limits.core import ConnectionSlot, Ticket
-from gateway.tenants import TenantLimits, TokenBudget
-from support.metric_samples import Delta, sample
-from support.procs import free_port
+from turnpike.gateway.tenancy.limits.core import ConnectionSlot, Ticket
+from turnpike.gateway.tenancy.tenants import TenantLimits, TokenBudget
 
 NOON = datetime(2025, 3, 12, 12, 0, tzinfo=UTC).timestamp()  # a Wednesday
 
@@ -364,7 +365,7 @@ async def test_fallback_switches_to_local_limits_and_back_and_settles_with_the_i
     assert not limiter.degraded and sample("turnpike_gateway_limiter_degraded") == 0
 
     primary.down = True
-    with caplog.at_level(logging.WARNING, logger="gateway.limits"):
+    with caplog.at_level(logging.WARNING, logger="turnpike.gateway.tenancy.limits"):
         local_tickets = [(await limiter.admit("a", limits, 0)).ticket for _ in range(5)]
     assert {t.issuer for t in local_tickets} == {"local"}
     assert limiter.degraded and sample("turnpike_gateway_limiter_degraded") == 1
@@ -413,7 +414,7 @@ async def test_a_redis_that_refuses_connections_does_not_stop_serving(clock, cap
     fallbacks = Delta("turnpike_gateway_limiter_fallbacks_total")
     limits = TenantLimits(requests_per_minute=3, max_concurrent_responses=5)
     begin = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="gateway.limits"):
+    with caplog.at_level(logging.WARNING, logger="turnpike.gateway.tenancy.limits"):
         answers = [await limiter.admit("a", limits, 0) for _ in range(4)]
     assert time.monotonic() - begin < 1.0
     assert [a.allowed for a in answers] == [True, True, True, False]  # held in process

@@ -1,9 +1,10 @@
 """Request validation: every accepted shape, and a clear 400 for the rest."""
 
 import pytest
-from gateway.errors import ApiError
-from gateway.items import check_call_outputs, normalize_input, to_proto
-from gateway.request import parse_create
+
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.protocol.items import check_call_outputs, normalize_input, to_proto
+from turnpike.gateway.protocol.request import parse_create
 
 
 def parse(body, **kw):

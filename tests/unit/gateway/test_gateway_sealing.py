@@ -1,4 +1,4 @@
-"""The server-key AEAD (gateway.sealing) and the compaction policy on its own: a blob
+"""The server-key AEAD (turnpike.gateway.sealed.sealing) and the compaction policy on its own: a blob
 opens only for the tenant and purpose it was sealed for, unchanged; the compacted list
 is one compaction item that expands back to exactly the history; a compaction_trigger
 is taken only as the final input item."""
@@ -8,11 +8,13 @@ from __future__ import annotations
 import base64
 
 import pytest
-from gateway import compaction
-from gateway.errors import ApiError
-from gateway.items import normalize_input
-from gateway.sealing import Sealer, SealError
+
 from turnpike.config import ConfigError, GatewaySettings
+from turnpike.gateway.protocol.compaction_trigger import take_trigger
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.protocol.items import normalize_input
+from turnpike.gateway.sealed import compaction
+from turnpike.gateway.sealed.sealing import Sealer, SealError
 
 KEY = base64.b64encode(bytes(range(32))).decode()
 
@@ -99,11 +101,11 @@ def test_a_compaction_item_replaces_the_items_before_it():
 def test_a_compaction_trigger_is_taken_as_the_final_input_item_only():
     trigger = {"type": "compaction_trigger", "id": "ct_1"}
     items = normalize_input([{"role": "user", "content": "hi"}, trigger], triggers=True)
-    kept, now = compaction.take_trigger(items)
+    kept, now = take_trigger(items)
     assert now and kept == items[:1]
-    assert compaction.take_trigger(kept) == (kept, False)
+    assert take_trigger(kept) == (kept, False)
     with pytest.raises(ApiError) as err:
-        compaction.take_trigger(normalize_input([trigger, *kept], triggers=True))
+        take_trigger(normalize_input([trigger, *kept], triggers=True))
     assert (err.value.status, err.value.param, err.value.code) == (
         400,
         "input[0].type",

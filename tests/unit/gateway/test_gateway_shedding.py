@@ -1,9 +1,10 @@
-"""Overload shedding's decisions (gateway.shedding), without a gateway."""
+"""Overload shedding's decisions (turnpike.gateway.tenancy.shedding), without a gateway."""
 
 from __future__ import annotations
 
 import pytest
-from gateway.shedding import InFlight
+
+from turnpike.gateway.tenancy.shedding import InFlight
 
 
 def fill(in_flight: InFlight, tenant: str, count: int) -> None:

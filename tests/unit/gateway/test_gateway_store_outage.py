@@ -5,14 +5,15 @@ way: the chaos test checks the ledger)."""
 
 from __future__ import annotations
 
-from gateway.engine import ResponseEngine
-from gateway.model_cache import ModelConfigCache
-from gateway.pipelines import SPRINT
-from gateway.stages import Resources
-from gateway.store import StoredResponse, StoreUnavailable
-from gateway.store_memory import InMemoryResponseStore
-from gateway.token_cache import TokenCache
 from support.gateway_standins import TENANT, StandIns, create, prepare
+
+from turnpike.gateway.engine.response_engine import ResponseEngine
+from turnpike.gateway.pipeline.stages import Resources
+from turnpike.gateway.pipeline.variants import SPRINT
+from turnpike.gateway.state.model_cache import ModelConfigCache
+from turnpike.gateway.state.responses import StoredResponse, StoreUnavailable
+from turnpike.gateway.state.responses_memory import InMemoryResponseStore
+from turnpike.gateway.state.token_cache import TokenCache
 from turnpike.image_resolution import Limits
 
 

@@ -1,4 +1,4 @@
-"""``input_file`` parts with inline ``file_data`` (gateway.input_files): text files and
+"""``input_file`` parts with inline ``file_data`` (turnpike.gateway.upstream.input_files): text files and
 PDFs become text in the prompt, under the file's name; every bad file is a 400 naming
 ``input[i].content[j].file_data`` (or the field the server does not serve). A PDF's text
 is read after parsing, by the PDF workers (``read_pdfs``; their bounds are
@@ -10,14 +10,16 @@ import base64
 import io
 
 import pytest
-from gateway import input_files
-from gateway.errors import ApiError
-from gateway.items import to_proto
-from gateway.pdf_pool import PdfPool
-from gateway.request import CreateRequest, parse_create
 from pypdf import PdfReader, PdfWriter
 from support.pdf import minimal_pdf
+
 from turnpike.config import PdfSettings
+from turnpike.gateway.protocol import input_files
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.protocol.items import to_proto
+from turnpike.gateway.protocol.request import CreateRequest, parse_create
+from turnpike.gateway.upstream.pdf_pool import PdfPool
+from turnpike.gateway.upstream.pdf_text import read_pdfs
 
 PDF_TEXT = "Quarterly report: revenue grew by 12 percent"
 
@@ -45,7 +47,7 @@ def parse(part: dict, **kw) -> CreateRequest:
 async def read(part: dict, pool: PdfPool, **kw) -> CreateRequest:
     """Parsed, then its PDFs read: what the engine does before any stage."""
     request = parse(part, **kw)
-    await input_files.read_pdfs(request.input_items, pool)
+    await read_pdfs(request.input_items, pool)
     return request
 
 
@@ -111,7 +113,7 @@ async def test_pdfs_in_tool_outputs_are_read_too(pool) -> None:
         ],
     }
     request = parse_create(body, default_model="m")
-    await input_files.read_pdfs(request.input_items, pool)
+    await read_pdfs(request.input_items, pool)
     assert request.input_items[1]["output"][0]["text"] == PDF_TEXT
 
 

@@ -6,19 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from gateway.connection_cache import ConnectionCache
-from gateway.errors import ApiError
-from gateway.pipelines import (
-    CONNECTION,
-    LEGACY,
-    PIPELINES,
-    SPRINT,
-    Pipeline,
-    check_data_flow,
-    pipeline_named,
-)
-from gateway.prepared import STAGE_OUTPUTS, Prepared
-from gateway.stages import (
+from support.gateway_standins import cached_parent, context, create, store_parent
+
+from turnpike.gateway.pipeline.prepared import STAGE_OUTPUTS, Prepared
+from turnpike.gateway.pipeline.stages import (
     Concurrently,
     LoadConversation,
     Render,
@@ -31,7 +22,17 @@ from gateway.stages import (
     ValidateHistory,
     each_stage,
 )
-from support.gateway_standins import cached_parent, context, create, store_parent
+from turnpike.gateway.pipeline.variants import (
+    CONNECTION,
+    LEGACY,
+    PIPELINES,
+    SPRINT,
+    Pipeline,
+    check_data_flow,
+    pipeline_named,
+)
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.state.connection_cache import ConnectionCache
 
 # -- composition and data flow ---------------------------------------------------------
 

@@ -7,22 +7,6 @@ import dataclasses
 from array import array
 
 import pytest
-from gateway import request_context
-from gateway.connection_cache import ConnectionCache
-from gateway.conversation_state import RenderedPrefix
-from gateway.errors import ApiError
-from gateway.items import to_proto
-from gateway.pipelines import (
-    CONNECTION,
-    LEGACY,
-    SPRINT,
-)
-from gateway.prepared import Parent, Prepared
-from gateway.request import CreateRequest
-from gateway.stages import (
-    ValidateHistory,
-)
-from gateway.stages.keys import content_keys, conversation_key
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -37,6 +21,17 @@ from support.gateway_standins import (
     prepare,
     store_parent,
 )
+
+from turnpike.gateway.pipeline import request_context
+from turnpike.gateway.pipeline.prepared import Parent, Prepared
+from turnpike.gateway.pipeline.stages import ValidateHistory
+from turnpike.gateway.pipeline.stages.keys import content_keys, conversation_key
+from turnpike.gateway.pipeline.variants import CONNECTION, LEGACY, SPRINT
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.protocol.items import to_proto
+from turnpike.gateway.protocol.request import CreateRequest
+from turnpike.gateway.state.connection_cache import ConnectionCache
+from turnpike.gateway.state.conversation_state import RenderedPrefix
 from turnpike.safety.v1 import safety_pb2
 
 # -- stages at work ----------------------------------------------------------------------

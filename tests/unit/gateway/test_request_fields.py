@@ -1,5 +1,5 @@
 """The small request fields, below the transports: how the gateway checks them
-(gateway.request_fields), what reaches the worker, and what the simulator does with
+(turnpike.gateway.protocol.request_fields), what reaches the worker, and what the simulator does with
 them (tool_choice in all its forms, max_tool_calls, text.verbosity). The official SDK
 against the real stack is in ``test_request_fields_clients``."""
 
@@ -8,15 +8,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from gateway.errors import ApiError
-from gateway.request import parse_create
 from support.inference_items import call, message, output
 from support.tools import READ_FILE_TOOL, WEATHER_TOOL
+
 from turnpike.conversation.v1 import conversation_pb2 as cv
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.protocol.request import parse_create
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.vocab import harmony_encoding
-from worker.answers import FunctionCallAnswer, MessageAnswer, plan_answer
-from worker.chat_mapping import chat_params
+from turnpike.worker.answers import FunctionCallAnswer, MessageAnswer, plan_answer
+from turnpike.worker.chat_mapping import chat_params
 
 ENCODING = harmony_encoding()
 TOOLS = [WEATHER_TOOL, READ_FILE_TOOL]
@@ -251,7 +252,7 @@ def test_chat_backends_get_the_call_limit_as_they_can_take_it() -> None:
 
 
 def test_a_prompt_cache_key_routes_within_its_tenant_only() -> None:
-    from gateway.stages.keys import conversation_key
+    from turnpike.gateway.pipeline.stages.keys import conversation_key
 
     request = parse(prompt_cache_key="shared")
     alice, bob = conversation_key("alice", request, []), conversation_key("bob", request, [])
@@ -261,7 +262,7 @@ def test_a_prompt_cache_key_routes_within_its_tenant_only() -> None:
 def test_chat_backends_drop_calls_past_max_tool_calls() -> None:
     """Chat completions has no call limit: the calls a hosted model makes past it are
     not passed on."""
-    from worker.chat_mapping import ChunkMapper
+    from turnpike.worker.chat_mapping import ChunkMapper
 
     def fragment(index: int, name: str) -> dict:
         call = {"index": index, "id": f"c{index}", "function": {"name": name, "arguments": "{}"}}
@@ -280,11 +281,12 @@ def test_chat_backends_drop_calls_past_max_tool_calls() -> None:
 
 
 async def test_safety_identifier_is_set_on_the_response_span(engine) -> None:
-    from gateway.pipelines import SPRINT
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from support.gateway_standins import context, create, prepare
+
+    from turnpike.gateway.pipeline.variants import SPRINT
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -315,7 +317,7 @@ def test_chat_backends_get_the_penalties() -> None:
 
 
 def test_the_call_limit_of_a_chat_backend() -> None:
-    from worker.chat_mapping import call_limit
+    from turnpike.worker.chat_mapping import call_limit
 
     def limit(**kw) -> int | None:
         return call_limit(pb.GenerateRequest(model="m", tools=[WEATHER], **kw))

@@ -10,24 +10,20 @@ import time
 
 import jsonschema
 import pytest
-from gateway.errors import ApiError
-from gateway.request import parse_create
 from support.inference_items import message, output, request
 from support.tools import WEATHER_PROTO_TOOL
+
 from turnpike import token_bytes
 from turnpike.conversation.v1 import conversation_pb2 as cv
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.protocol.request import parse_create
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.vocab import harmony_encoding
-from worker.answers import (
-    AnswerError,
-    FunctionCallAnswer,
-    MessageAnswer,
-    plan_answer,
-)
-from worker.backends import InvalidRequestError
-from worker.chat_mapping import MappingError, chat_params
-from worker.prefix_cache import PrefixCache
-from worker.simulator import SimulatorBackend
+from turnpike.worker.answers import AnswerError, FunctionCallAnswer, MessageAnswer, plan_answer
+from turnpike.worker.backends import InvalidRequestError
+from turnpike.worker.chat_mapping import MappingError, chat_params
+from turnpike.worker.prefix_cache import PrefixCache
+from turnpike.worker.simulator import SimulatorBackend
 
 ENCODING = harmony_encoding()
 QUESTION = "Extract the event: Ada Lovelace meets Charles Babbage in London on 1833-06-05."

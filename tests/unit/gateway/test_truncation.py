@@ -1,4 +1,4 @@
-"""``truncation: "auto"`` (gateway.truncation and the render stage): the oldest whole
+"""``truncation: "auto"`` (turnpike.gateway.protocol.truncation and the render stage): the oldest whole
 items go until the prompt fits the model's context window; system and developer
 messages stay, a function call goes with its output, and the response names what was
 dropped. ``"disabled"`` (the default) refuses an over-long prompt, naming ``input``."""
@@ -6,12 +6,13 @@ dropped. ``"disabled"`` (the default) refuses an over-long prompt, naming ``inpu
 from __future__ import annotations
 
 import pytest
-from gateway.engine import TIMINGS_KEY, TRUNCATION_KEY
-from gateway.errors import ApiError
-from gateway.pipelines import LEGACY, SPRINT
-from gateway.truncation import plan, smallest_fit
 from support.gateway_standins import create, prepare
 from support.inference_items import call, message, output
+
+from turnpike.gateway.engine.response_engine import TIMINGS_KEY, TRUNCATION_KEY
+from turnpike.gateway.pipeline.variants import LEGACY, SPRINT
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.protocol.truncation import plan, smallest_fit
 
 # The stand-in model's context window is 100 tokens; the stand-in tokenizer renders
 # ``per_item`` tokens an item.

@@ -1,4 +1,4 @@
-"""The gateway's reading of a worker's stream (gateway.worker_stream), against a real gRPC
+"""The gateway's reading of a worker's stream (turnpike.gateway.upstream.worker_stream), against a real gRPC
 server: a stream that goes silent mid-generation (a worker cut off the network) is
 cancelled once it has sent nothing for the bound, and the worker sees the cancel; one
 that keeps talking is read to its end however long it lasts."""
@@ -9,7 +9,8 @@ import asyncio
 
 import grpc
 import pytest
-from gateway.worker_stream import WorkerSilentError, worker_events
+
+from turnpike.gateway.upstream.worker_stream import WorkerSilentError, worker_events
 from turnpike.inference.v1 import inference_pb2, inference_pb2_grpc
 
 SILENCE_S = 0.5

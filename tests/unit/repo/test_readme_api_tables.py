@@ -8,9 +8,13 @@ import json
 import re
 import typing
 
-from gateway import conversations_api, dashboard_api, http_api, ws_api
 from openai.types.responses import response_create_params, responses_client_event_param
 from support.paths import REPO_ROOT
+
+from turnpike.gateway.api import conversations as conversations_api
+from turnpike.gateway.api import dashboard as dashboard_api
+from turnpike.gateway.api import http_endpoints as http_api
+from turnpike.gateway.api import websocket_endpoint as ws_api
 
 ROOT = REPO_ROOT
 PLACEHOLDER = re.compile(r"\{[^}]*\}")

@@ -4,7 +4,9 @@ import copy
 import json
 
 import pytest
-from router.registry import (
+
+from turnpike.backend_names import BACKEND_NAMES
+from turnpike.router.registry import (
     DEFAULT_MODELS_FILE,
     ModelRegistry,
     RegistryError,
@@ -12,7 +14,6 @@ from router.registry import (
     load_models,
     parse_models,
 )
-from turnpike.backend_names import BACKEND_NAMES
 
 SIM = {
     "id": "sim-a",

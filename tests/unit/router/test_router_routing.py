@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import pytest
-from router.routing import NoHealthyWorkerError, Worker, WorkerRouter, parse_workers
 from support.metric_samples import Delta, sample
+
+from turnpike.router.routing import NoHealthyWorkerError, Worker, WorkerRouter, parse_workers
 
 
 class Clock:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from safety import detectors
-from safety.detectors import detect_credentials
+
+from turnpike.safety import detectors
+from turnpike.safety.detectors import detect_credentials
 
 B64 = "MIIEowIBAAKCAQEA7x9Jb2Fr7Yw0Zl6aQH3h5f1X2p8s9d0k3jL4m5n6o7p8q9r0s1t2u3v"
 

@@ -8,10 +8,13 @@ import itertools
 import json
 
 import pytest
-from safety.classifier import Chunk, ProfanityClassifier, TextScore, chunk_text
-from safety.detectors import AWS_ACCESS_KEY_ID, OPENAI_API_KEY, PRIVATE_KEY, Detection
-from safety.engine import InvalidRequest, Mode, SafetyEngine
-from safety.policy import (
+
+from turnpike.config import SafetySettings
+from turnpike.conversation.v1.conversation_pb2 import Item
+from turnpike.safety.classifier import Chunk, ProfanityClassifier, TextScore, chunk_text
+from turnpike.safety.detectors import AWS_ACCESS_KEY_ID, OPENAI_API_KEY, PRIVATE_KEY, Detection
+from turnpike.safety.engine import InvalidRequest, Mode, SafetyEngine
+from turnpike.safety.policy import (
     FUNCTION_CALL,
     FUNCTION_CALL_OUTPUT,
     MESSAGE,
@@ -22,9 +25,7 @@ from safety.policy import (
     assess,
     item_verdict,
 )
-from safety.state import ConversationStore
-from turnpike.config import SafetySettings
-from turnpike.conversation.v1.conversation_pb2 import Item
+from turnpike.safety.state import ConversationStore
 
 # Assembled at run time: nothing in this file looks like a real secret.
 OPENAI_KEY = "sk-" + "proj-" + "Ab3dEfGhIjKlMnOp_QrStUvWx-Yz0123456789abcdEFGH"
@@ -334,11 +335,12 @@ def test_one_profane_sentence_is_not_diluted_by_a_long_file(
 
 def test_fused_model_gives_the_library_scores():
     """The fast path is an exact re-arrangement of the shipped model, not another model."""
-    from safety.classifier import ProfanityClassifier, chunk_text
     from support.paths import REPO_ROOT
 
+    from turnpike.safety.classifier import ProfanityClassifier, chunk_text
+
     classifier = ProfanityClassifier()
-    root = REPO_ROOT / "services"
+    root = REPO_ROOT / "src"
     texts = [p.read_text() for p in sorted(root.rglob("*.py"))[:40]]
     texts += ["you are a fucking idiot", "have a nice day", "shut up, moron", ""]
     chunks = [c.text for text in texts for c in chunk_text(text)]
@@ -374,7 +376,8 @@ def test_fusing_refuses_another_kind_of_vectorizer() -> None:
     import copy
 
     from profanity_check.profanity_check import model, vectorizer
-    from safety.classifier import FusedCalibratedLinear
+
+    from turnpike.safety.classifier import FusedCalibratedLinear
 
     for change in ({"sublinear_tf": True}, {"norm": "l1"}, {"binary": True}):
         other = copy.deepcopy(vectorizer).set_params(**change)
@@ -383,11 +386,11 @@ def test_fusing_refuses_another_kind_of_vectorizer() -> None:
 
 
 def test_fast_path_scores_each_distinct_text_once_with_the_same_result():
-    from safety.classifier import ProfanityClassifier
-    from safety.engine import SafetyEngine
-    from safety.policy import Thresholds
-    from safety.state import ConversationStore
     from turnpike.conversation.v1.conversation_pb2 import Item
+    from turnpike.safety.classifier import ProfanityClassifier
+    from turnpike.safety.engine import SafetyEngine
+    from turnpike.safety.policy import Thresholds
+    from turnpike.safety.state import ConversationStore
 
     engine = SafetyEngine(ProfanityClassifier(), Thresholds(), ConversationStore(10))
     items = [

@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from safety import server
-from safety.classifier import ProfanityClassifier
-from safety.engine import SafetyEngine
-from safety.policy import Thresholds
-from safety.server import INLINE_TEXT_CHARS, SafetyServicer
-from safety.state import ConversationStore
 from support.metric_samples import Delta
+
 from turnpike.conversation.v1.conversation_pb2 import Item
+from turnpike.safety import server
+from turnpike.safety.classifier import ProfanityClassifier
+from turnpike.safety.engine import SafetyEngine
+from turnpike.safety.policy import Thresholds
+from turnpike.safety.server import INLINE_TEXT_CHARS, SafetyServicer
+from turnpike.safety.state import ConversationStore
 from turnpike.safety.v1 import safety_pb2
 
 LINE = "def handler(request):  # reads the request and answers it\n"

@@ -17,7 +17,9 @@ from openai_harmony import (
     SystemContent,
     ToolDescription,
 )
-from tokenizer.render import (
+
+from turnpike.conversation.v1.conversation_pb2 import Item, Tool
+from turnpike.tokenizer.render import (
     Renderer,
     RenderError,
     item_message,
@@ -25,7 +27,6 @@ from tokenizer.render import (
     item_shape,
     tool_description,
 )
-from turnpike.conversation.v1.conversation_pb2 import Item, Tool
 
 INSTRUCTIONS = "You are a careful coding agent. Run the tests before you claim a fix."
 

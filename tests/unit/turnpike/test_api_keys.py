@@ -7,10 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from devstack.environment import stack_endpoints
-from devstack.layout import StackConfig
-from gateway.tenants import TenantDirectory
+
 from turnpike.config import ConfigError, GatewaySettings, parse_api_keys
+from turnpike.devstack.environment import stack_endpoints
+from turnpike.devstack.layout import StackConfig
+from turnpike.gateway.tenancy.tenants import TenantDirectory
 
 
 def test_pairs_come_in_order_with_spaces_and_empty_entries_ignored():

@@ -9,6 +9,7 @@ from urllib.parse import quote_from_bytes
 
 import pytest
 from PIL import Image
+
 from turnpike.image_resolution import (
     CORRUPT,
     INVALID,

@@ -1,4 +1,4 @@
-"""Ports are written once, in the service catalogue (services/turnpike/catalogue.py):
+"""Ports are written once, in the service catalogue (src/turnpike/catalogue.py):
 the files that cannot import it (.env, the Kubernetes base) carry what `make ports`
 writes from it, and nothing else repeats it."""
 
@@ -10,6 +10,7 @@ import re
 import yaml
 from support.paths import REPO_ROOT
 from support.scripts import load_script
+
 from turnpike.catalogue import SERVICES, WORKER
 
 ROOT = REPO_ROOT
@@ -20,7 +21,7 @@ gen_ports = load_script("gen_ports", ROOT / "scripts" / "gen_ports.py")
 
 def test_dotenv_and_the_kubernetes_base_carry_the_catalogue_ports():
     stale = [str(p) for p, text in gen_ports.render().items() if (ROOT / p).read_text() != text]
-    assert not stale, f"ports differ from services/turnpike/catalogue.py, run `make ports`: {stale}"
+    assert not stale, f"ports differ from src/turnpike/catalogue.py, run `make ports`: {stale}"
 
 
 def test_moving_every_port_in_the_catalogue_leaves_no_old_port_behind():

@@ -8,7 +8,7 @@ from support.paths import REPO_ROOT
 from support.scripts import load_script
 
 ROOT = REPO_ROOT
-GENERATED = ROOT / "services"
+GENERATED = ROOT / "src"
 
 
 def test_committed_stubs_match_the_protos(tmp_path):

@@ -1,4 +1,4 @@
-"""Settings are declared once (services/turnpike/config.py and its config_*.py
+"""Settings are declared once (src/turnpike/config.py and its config_*.py
 neighbours): each variable's type, range, default and description. The files that cannot
 import them (.env, the Kubernetes ConfigMap, docs/settings.md) carry what `make settings`
 writes from them, and every declared variable is read, and checked, as declared."""
@@ -14,6 +14,7 @@ import pytest
 import yaml
 from support.paths import REPO_ROOT
 from support.scripts import load_script
+
 from turnpike.config import ConfigError, GatewaySettings, PdfSettings
 from turnpike.config_model import EnvSettings, kind_of
 from turnpike.config_reference import SECTIONS, variables
@@ -47,9 +48,7 @@ BOUNDED = [
 
 def test_dotenv_the_kubernetes_config_and_the_reference_are_written_from_the_declarations():
     stale = [str(p) for p, text in gen_settings.render().items() if (ROOT / p).read_text() != text]
-    assert not stale, (
-        f"settings differ from services/turnpike/config.py, run `make settings`: {stale}"
-    )
+    assert not stale, f"settings differ from src/turnpike/config.py, run `make settings`: {stale}"
 
 
 def test_a_changed_default_reaches_every_file():

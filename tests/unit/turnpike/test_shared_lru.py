@@ -1,6 +1,7 @@
 """The shared bounded LRU mapping."""
 
 import pytest
+
 from turnpike.lru import LruCache
 
 

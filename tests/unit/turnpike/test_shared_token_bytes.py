@@ -3,6 +3,7 @@
 from array import array
 
 import pytest
+
 from turnpike import token_bytes
 
 

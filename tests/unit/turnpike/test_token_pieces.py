@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from turnpike.token_pieces import MAX_PIECE, encode_in_pieces, longest_word, pieces
 from turnpike.vocab import harmony_encoding
 

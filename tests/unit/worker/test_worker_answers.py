@@ -4,9 +4,10 @@ import json
 
 import jsonschema
 import pytest
+
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.vocab import harmony_encoding
-from worker.answers import (
+from turnpike.worker.answers import (
     AnswerError,
     FunctionCallAnswer,
     MessageAnswer,

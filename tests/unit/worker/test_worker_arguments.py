@@ -4,8 +4,9 @@ import random
 
 import jsonschema
 import pytest
-from worker.schema_instance import generate_arguments
-from worker.user_text import content_words, name_words
+
+from turnpike.worker.schema_instance import generate_arguments
+from turnpike.worker.user_text import content_words, name_words
 
 WEATHER = {
     "type": "object",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+
 from turnpike.backend_names import BACKEND_NAMES, CEREBRAS, SIMULATOR
 from turnpike.inference.v1 import inference_pb2 as pb
-from worker.backends import Backends, InvalidRequestError, UnavailableBackend
+from turnpike.worker.backends import Backends, InvalidRequestError, UnavailableBackend
 
 
 class Marker:

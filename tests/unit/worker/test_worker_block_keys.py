@@ -5,9 +5,10 @@ import random
 from array import array
 
 import pytest
+
 from turnpike import token_bytes
 from turnpike.inference.v1 import inference_pb2 as pb
-from worker.block_keys import BlockKeys
+from turnpike.worker.block_keys import BlockKeys
 
 
 def chained_keys(tokens: list[int], namespace: str, block_size: int) -> list[bytes]:

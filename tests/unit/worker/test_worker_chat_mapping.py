@@ -1,5 +1,5 @@
 """The pure mapping between the Inference contract and a chat completions API: requests
-out, streamed chunks back (``worker.chat_mapping``), and the retry-after headers."""
+out, streamed chunks back (``turnpike.worker.chat_mapping``), and the retry-after headers."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import json
 import pytest
 from support.inference_items import LOOKUP, call, kinds, message, output, request
 from support.tools import WEATHER_PROTO_TOOL, WEATHER_SCHEMA
+
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.inference.v1 import inference_pb2 as pb
-from worker.chat_backend import parse_retry_after
-from worker.chat_mapping import (
+from turnpike.worker.chat_backend import parse_retry_after
+from turnpike.worker.chat_mapping import (
     ChunkMapper,
     MappingError,
     StreamProtocolError,

@@ -3,8 +3,9 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from turnpike.vocab import harmony_encoding
-from worker.pacing import Chunk, paced, token_chunks
+from turnpike.worker.pacing import Chunk, paced, token_chunks
 
 ENCODING = harmony_encoding()
 

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from worker.prefix_cache import BLOCK_SIZE, PrefixCache
+
+from turnpike.worker.prefix_cache import BLOCK_SIZE, PrefixCache
 
 
 def prompt(n: int, start: int = 0) -> list[int]:

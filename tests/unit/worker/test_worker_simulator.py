@@ -7,12 +7,13 @@ import random
 import jsonschema
 import pytest
 from support.tools import WEATHER_PROTO_TOOL, WEATHER_SCHEMA
+
 from turnpike import token_bytes
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.inference.v1 import inference_pb2 as pb
-from worker.backends import InvalidRequestError
-from worker.prefix_cache import PrefixCache
-from worker.simulator import SimulatorBackend
+from turnpike.worker.backends import InvalidRequestError
+from turnpike.worker.prefix_cache import PrefixCache
+from turnpike.worker.simulator import SimulatorBackend
 
 
 def user(text: str) -> cv.Item:

@@ -1,0 +1,1 @@
+"""The transports: HTTP with Server-Sent Events and WebSocket, and the routes beside them."""

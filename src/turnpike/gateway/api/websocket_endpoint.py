@@ -1,0 +1,240 @@
+"""WebSocket transport: frames in, events out. The rules live in ``ws_protocol``; this
+module only moves frames, runs responses and applies the protocol's actions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from fastapi import APIRouter, WebSocket
+from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
+
+from turnpike.gateway import metrics
+from turnpike.gateway.api.json_response import JSONResponse
+from turnpike.gateway.api.websocket_protocol import (
+    Action,
+    CloseConnection,
+    SendEvent,
+    StartResponse,
+    WsSession,
+)
+from turnpike.gateway.observability import access_log
+from turnpike.gateway.observability.tracing import response_span
+from turnpike.gateway.pipeline.request_context import RequestContext
+from turnpike.gateway.pipeline.variants import Pipeline
+from turnpike.gateway.protocol.errors import ApiError, server_error, store_unavailable
+from turnpike.gateway.protocol.json_codec import dumps
+from turnpike.gateway.protocol.request import CreateRequest
+from turnpike.gateway.state.responses import StoreUnavailable
+from turnpike.gateway.tenancy.admission import connection_refused
+from turnpike.gateway.wiring import Gateway
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+# What sending on a socket the client has closed raises.
+GONE = (WebSocketDisconnect, WebSocketDisconnected)
+
+
+class Connection:
+    """One accepted socket: serialises sends, runs responses, applies actions."""
+
+    def __init__(
+        self, ws: WebSocket, gw: Gateway, tenant: str, session: WsSession, pipeline: Pipeline
+    ) -> None:
+        self.ws = ws
+        self.gw = gw
+        self.tenant = tenant
+        self.session = session
+        self.pipeline = pipeline
+        self.open = True
+        self._send_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def send(self, event: dict) -> None:
+        if not self.open:
+            return
+        text = dumps(event)
+        async with self._send_lock:
+            try:
+                await self.ws.send_text(text)
+            except GONE:
+                self.open = False
+
+    async def close(self, code: int, reason: str) -> None:
+        async with self._send_lock:
+            if self.open:
+                self.open = False
+                try:
+                    await self.ws.close(code, reason=reason)
+                except GONE:
+                    pass
+
+    def record(self, access: access_log.Access) -> None:
+        gw_record(self.gw, access)
+
+    async def apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, SendEvent):
+                if action.event["type"] == "error":  # the protocol refused a frame
+                    self.record(refused_frame(self.tenant, action.event))
+                await self.send(action.event)
+            elif isinstance(action, StartResponse):
+                task = asyncio.create_task(self._respond(action.request))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            elif isinstance(action, CloseConnection):
+                await self.close(action.code, action.reason)
+
+    async def _respond(self, request: CreateRequest) -> None:
+        lane = request.stream_id
+        engine = self.gw.engine
+        access = new_access("response.create", self.tenant)
+        try:
+            ctx = RequestContext(
+                self.tenant,
+                self.pipeline.name,
+                transport="websocket",
+                connection_cache=self.session.cache,
+                lane=lane,
+            )
+            try:
+                # The frame's size is not kept: only the output is reserved up front,
+                # and the response's real usage is charged when it ends.
+                limits = self.gw.keys.limits(self.tenant)
+                admission = self.gw.admission.hold(self.tenant, limits, request, 0)
+                async with admission as ctx.admission:
+                    # One trace per response, not per connection (turnpike.gateway.observability.tracing).
+                    with response_span(ctx, request.model, request.client_metadata):
+                        queue = engine.start(await engine.prepare(request, ctx, self.pipeline))
+            except ApiError as err:
+                access.failed(err)
+                await self.send(err.ws_event(lane))
+                return
+            except StoreUnavailable:
+                unavailable = store_unavailable()
+                access.failed(unavailable)
+                await self.send(unavailable.ws_event(lane))
+                return
+            access.status = 200
+            async for event in queue.events():
+                if lane is not None:
+                    event["stream_id"] = lane
+                await self.send(event)
+                if not self.open:  # the client left: stop generating for it
+                    queue.abandon()
+                    break
+        except Exception:
+            log.exception("websocket response failed")
+            failure = server_error("The server had an error.")
+            access.failed(failure)
+            await self.send(failure.ws_event(lane))
+        finally:
+            self.record(access)
+            await self.apply(self.session.on_response_done(request, time.monotonic()))
+
+
+def new_access(route: str, tenant: str) -> access_log.Access:
+    return access_log.Access(access_log.new_request_id(), "websocket", route, tenant=tenant)
+
+
+def refused_frame(tenant: str, event: dict) -> access_log.Access:
+    access = new_access(FRAME_ROUTE, tenant)
+    error = event.get("error") or {}
+    access.status = event.get("status") or 400
+    access.code, access.param = error.get("code"), error.get("param")
+    return access
+
+
+def gw_record(gw: Gateway, access: access_log.Access) -> None:
+    access_log.record(access, gw.settings.access_log)
+
+
+# The route of a frame the protocol refused before any response began.
+FRAME_ROUTE = "websocket.frame"
+UPGRADE_ROUTE = "/v1/responses"
+
+
+def websocket_refused(reason: str) -> ApiError:
+    """426 Upgrade Required for an upgrade the server will not take: the status on which
+    Codex (and other clients that fall back) continue the session over HTTP and SSE."""
+    return ApiError(
+        426,
+        f"{reason} Use HTTP: POST /v1/responses (with stream=true for events).",
+        code="websocket_unavailable",
+    )
+
+
+@router.websocket("/v1/responses")
+async def responses_socket(ws: WebSocket) -> None:
+    gw: Gateway = ws.app.state.gateway
+    access = new_access(UPGRADE_ROUTE, "-")
+    access.method = "GET"
+    try:
+        tenant = access.tenant = gw.keys.tenant_for(ws.headers)
+        pipeline = gw.pipeline_for(ws.headers, websocket=True)
+        if not gw.settings.websocket_mode:
+            raise websocket_refused("WebSocket mode is turned off on this server.")
+        if not gw.admission.can_admit():
+            # Shedding: a new socket would only queue behind the in-flight bound. 426 moves
+            # Codex to HTTP for the session, where each request is admitted (or shed with
+            # 503) on its own; 503 here would make it retry the upgrade until it gives up.
+            raise websocket_refused("The server is at capacity for new WebSocket connections.")
+        # A tenant over its own connection limit keeps 429: its other sockets work, and a
+        # 429 at the upgrade is what that limit is everywhere else (Retry-After included).
+        slot = await gw.admission.limiter.open_connection(tenant, gw.keys.limits(tenant))
+        if slot is None:
+            raise connection_refused()
+    except ApiError as err:
+        # Refuse the upgrade with a real HTTP status and the API's error body.
+        access.failed(err)
+        gw_record(gw, access)
+        denial = JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+        await ws.send_denial_response(denial)
+        return
+    access.status = 101
+    gw_record(gw, access)
+    try:
+        await serve_socket(ws, gw, tenant, pipeline)
+    finally:
+        await gw.admission.limiter.close_connection(slot)
+
+
+async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeline) -> None:
+    await ws.accept()
+    settings = gw.settings
+    session = WsSession(
+        default_model=settings.default_model,
+        max_frame_bytes=settings.max_frame_bytes,
+        max_active=settings.ws_max_active_responses,
+        max_queued=settings.ws_max_queued_responses,
+        max_lanes=settings.ws_max_lanes,
+        cache_size=settings.ws_cache_size,
+        lifetime_s=settings.ws_max_lifetime_s,
+        now=time.monotonic(),
+        max_input_chars=settings.max_input_chars,
+    )
+    conn = Connection(ws, gw, tenant, session, pipeline)
+    metrics.WEBSOCKET_CONNECTIONS.inc()
+    try:
+        while conn.open:
+            deadline = session.deadline(time.monotonic())
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                message = await asyncio.wait_for(ws.receive(), timeout)
+            except TimeoutError:
+                await conn.apply(session.on_timer(time.monotonic()))
+                continue
+            if message["type"] == "websocket.disconnect":
+                break
+            data = message.get("text")
+            if data is None:
+                data = message.get("bytes") or b""
+            await conn.apply(session.on_frame(data, time.monotonic()))
+    except GONE:
+        pass
+    finally:
+        conn.open = False
+        session.on_disconnect()
+        metrics.WEBSOCKET_CONNECTIONS.dec()

@@ -1,0 +1,292 @@
+"""The WebSocket protocol of one connection, as a sans-I/O state machine.
+
+It takes frames, completion notices and the time, and answers with actions (start a
+response, send an event, close the connection). It never touches a socket or a clock
+(every call that depends on time is given ``now``), so every rule below is unit-tested
+without one, as python-websockets tests its protocol core:
+
+- one ``response.create`` per frame; requests on one lane (``stream_id``) run
+  FIFO with no overlap: a create on a busy lane waits, and starts once the lane's
+  current response has sent its terminal event (so it may continue that response
+  with ``previous_response_id``);
+- at most ``max_active`` responses run at once; further creates wait their turn, in
+  the order their lanes became free;
+- at most ``max_queued`` creates wait per connection (for their lane or for a slot);
+  one more is refused with an error event on its lane (429, ``param: "stream_id"``);
+- a create that fails validation is answered at once, never queued;
+- at most ``max_lanes`` distinct named lanes (the default lane does not count);
+- after the connection's lifetime, new creates are refused, and the connection closes
+  (1001, going away: the SDK reconnects) once no response is running; creates still
+  waiting then are not started: each gets an error event on its lane
+  (``websocket_connection_limit_reached``), since a client never sees a frame it sent
+  to a closed socket replayed. The transport calls ``on_timer`` at ``deadline()``;
+- when the client goes away, creates still waiting are dropped (no one would read
+  them); running responses finish (``on_disconnect``);
+- a frame over ``max_frame_bytes`` (UTF-8 bytes, as on the wire) is refused;
+- request-level errors are ``error`` events echoing the lane; the socket stays open.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from turnpike.gateway.protocol import bounds
+from turnpike.gateway.protocol.errors import ApiError, echo, invalid, too_large
+from turnpike.gateway.protocol.json_codec import parse_json
+from turnpike.gateway.protocol.request import (
+    STREAM_ID_RE,
+    CreateRequest,
+    check_stream_options,
+    parse_create,
+)
+from turnpike.gateway.state.connection_cache import ConnectionCache
+
+# Close code 1001, going away: the official clients reconnect on it.
+CLOSE_GOING_AWAY = 1001
+
+
+@dataclass(frozen=True)
+class StartResponse:
+    request: CreateRequest
+
+
+@dataclass(frozen=True)
+class SendEvent:
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CloseConnection:
+    code: int
+    reason: str
+
+
+Action = StartResponse | SendEvent | CloseConnection
+
+
+def _lane_of(body: Any) -> str | None:
+    """The stream_id to echo on an error, when the frame named a valid one."""
+    if isinstance(body, dict):
+        stream_id = body.get("stream_id")
+        if isinstance(stream_id, str) and STREAM_ID_RE.match(stream_id):
+            return stream_id
+    return None
+
+
+class WsSession:
+    def __init__(
+        self,
+        *,
+        default_model: str,
+        max_frame_bytes: int,
+        max_active: int,
+        max_queued: int,
+        max_lanes: int,
+        cache_size: int,
+        lifetime_s: float,
+        now: float,
+        max_input_chars: int = 1024 * 1024,
+    ) -> None:
+        self.default_model = default_model
+        self.max_input_chars = max_input_chars
+        self.max_frame_bytes = max_frame_bytes
+        self.max_active = max_active
+        self.max_queued = max_queued
+        self.max_lanes = max_lanes
+        self.cache = ConnectionCache(cache_size)
+        self.lifetime_s = lifetime_s
+        self.expires_at = now + lifetime_s
+        self.closed = False
+        self.gone = False  # the client disconnected
+        self._named_lanes: set[str] = set()
+        # A busy lane -> the creates queued behind its head (the head runs, or waits
+        # in _ready for a slot).
+        self._lanes: dict[str | None, deque[CreateRequest]] = {}
+        # Heads of their lanes waiting for one of the max_active slots, in order.
+        self._ready: deque[CreateRequest] = deque()
+        self._active = 0
+        self._queued = 0
+
+    @property
+    def idle(self) -> bool:
+        return not self._lanes
+
+    @property
+    def queued(self) -> int:
+        """Creates accepted but not started."""
+        return self._queued
+
+    def deadline(self, now: float) -> float | None:
+        """When the transport must call ``on_timer``; None when no timer is due (once the
+        lifetime is over and nothing waits, the last response to finish closes the
+        connection)."""
+        if self.closed or (now >= self.expires_at and self._lanes and not self._queued):
+            return None
+        return self.expires_at
+
+    def on_timer(self, now: float) -> list[Action]:
+        if now < self.expires_at:
+            return []
+        return self._expire_queued() + self._close_if_done(now)
+
+    def on_frame(self, data: str | bytes, now: float) -> list[Action]:
+        if _over(data, self.max_frame_bytes):
+            return [SendEvent(too_large(self.max_frame_bytes, "Message").ws_event())]
+        try:
+            body = parse_json(data)
+        except ApiError as err:
+            return [SendEvent(err.ws_event())]
+        lane = _lane_of(body)
+        try:
+            if not isinstance(body, dict):
+                raise invalid("Each message must be a JSON object.", None, "invalid_body")
+            kind = body.get("type")
+            if kind == "response.create":
+                bounds.check_create(body, len(data), self.max_input_chars)
+                return self._on_create(body, now)
+            if kind == "response.steer":
+                return [SendEvent(self._steer_failed(body))]
+            if not isinstance(kind, str):
+                raise invalid(
+                    "Missing required parameter: 'type'.", "type", "missing_required_parameter"
+                )
+            raise invalid(
+                f"Unknown client event type {echo(kind)}. Expected 'response.create' or 'response.steer'.",
+                "type",
+                "unknown_event_type",
+            )
+        except ApiError as err:
+            return [SendEvent(err.ws_event(lane))]
+
+    def _on_create(self, body: dict[str, Any], now: float) -> list[Action]:
+        fields = {k: v for k, v in body.items() if k != "type"}
+        # openai-agents always sends stream: true; on a socket streaming is implied.
+        fields.pop("stream", None)
+        check_stream_options(fields.pop("stream_options", None))
+        request = parse_create(fields, default_model=self.default_model, websocket=True)
+        lane = request.stream_id
+        if now >= self.expires_at:
+            raise invalid(
+                "This connection reached its maximum lifetime; open a new connection.",
+                None,
+                "websocket_connection_limit_reached",
+            )
+        busy = lane in self._lanes
+        if busy or self._active >= self.max_active:
+            if self._queued >= self.max_queued:
+                raise ApiError(
+                    429,
+                    f"This connection already has {self.max_queued} response.create "
+                    "requests waiting, the limit; wait for a terminal event first.",
+                    code="websocket_queue_limit_reached",
+                    param="stream_id",
+                )
+        if lane is not None and lane not in self._named_lanes:
+            if len(self._named_lanes) >= self.max_lanes:
+                raise invalid(
+                    f"This connection already uses {self.max_lanes} named streams, the limit.",
+                    "stream_id",
+                    "websocket_stream_limit_reached",
+                )
+            self._named_lanes.add(lane)
+        if busy:
+            self._lanes[lane].append(request)
+            self._queued += 1
+            return []
+        self._lanes[lane] = deque()
+        if self._active >= self.max_active:
+            self._ready.append(request)
+            self._queued += 1
+            return []
+        self._active += 1
+        return [StartResponse(request)]
+
+    def on_disconnect(self) -> None:
+        """The client went away: nothing waiting starts any more."""
+        self.gone = True
+        for behind in self._lanes.values():
+            behind.clear()
+        for head in self._ready:
+            del self._lanes[head.stream_id]
+        self._ready.clear()
+        self._queued = 0
+
+    def on_response_done(self, request: CreateRequest, now: float) -> list[Action]:
+        """A response reached its terminal event (or failed before starting): the next
+        create on its lane becomes ready, and ready creates fill the free slots."""
+        self._active -= 1
+        lane = request.stream_id
+        behind = self._lanes[lane]
+        if behind:
+            self._ready.append(behind.popleft())
+        else:
+            del self._lanes[lane]
+        if self.gone:
+            return []
+        if now >= self.expires_at:
+            return self._expire_queued() + self._close_if_done(now)
+        actions: list[Action] = []
+        while self._ready and self._active < self.max_active:
+            self._active += 1
+            self._queued -= 1
+            actions.append(StartResponse(self._ready.popleft()))
+        return actions
+
+    def _expire_queued(self) -> list[Action]:
+        """The lifetime is over: creates still waiting will not start; each is answered
+        on its lane so the client can send it again on a new connection."""
+        if not self._queued:
+            return []
+        waiting = list(self._ready)
+        for head in self._ready:
+            waiting.extend(self._lanes.pop(head.stream_id))
+        for behind in self._lanes.values():
+            waiting.extend(behind)
+            behind.clear()
+        self._ready.clear()
+        self._queued = 0
+        error = invalid(
+            "This connection reached its maximum lifetime before this response could "
+            "start; send it again on a new connection.",
+            None,
+            "websocket_connection_limit_reached",
+        )
+        return [SendEvent(error.ws_event(request.stream_id)) for request in waiting]
+
+    def _close_if_done(self, now: float) -> list[Action]:
+        if self.closed or self._lanes or now < self.expires_at:
+            return []
+        self.closed = True
+        return [
+            CloseConnection(
+                CLOSE_GOING_AWAY, f"connection lifetime of {int(self.lifetime_s)}s reached"
+            )
+        ]
+
+    @staticmethod
+    def _steer_failed(body: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "response.steer.failed",
+            "sequence_number": 0,
+            "error": {
+                "code": "steering_not_supported",
+                "message": "This server does not support steering; send a new response.create instead.",
+                "type": "invalid_request_error",
+            },
+            "steer": {
+                "input": body.get("input"),
+                "previous_response_id": body.get("previous_response_id"),
+            },
+        }
+
+
+def _over(data: str | bytes, limit: int) -> bool:
+    """Whether a frame is over ``limit`` bytes as UTF-8 (encoding only when its
+    length in characters cannot tell: each is one to four bytes)."""
+    if isinstance(data, bytes) or len(data) > limit:
+        return len(data) > limit
+    if 4 * len(data) <= limit:
+        return False
+    return len(data.encode("utf-8", "surrogatepass")) > limit

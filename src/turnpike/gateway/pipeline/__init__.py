@@ -1,0 +1,1 @@
+"""The work before generation: the stages, and the three pipelines that compose them."""

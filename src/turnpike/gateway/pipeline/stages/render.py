@@ -1,0 +1,144 @@
+"""``render``: the conversation as prompt tokens, by the tokenizer service."""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+from typing import ClassVar
+
+import grpc
+
+from turnpike.conversation.v1 import conversation_pb2
+from turnpike.gateway.pipeline.prepared import Prepared, Prompt
+from turnpike.gateway.pipeline.stages.base import Resources, Stage
+from turnpike.gateway.pipeline.stages.keys import content_keys
+from turnpike.gateway.protocol import truncation
+from turnpike.gateway.protocol.errors import invalid
+from turnpike.gateway.protocol.request import CreateRequest
+from turnpike.gateway.state.conversation_state import RenderedPrefix
+from turnpike.grpc_param import refused_param
+from turnpike.tokenizer.v1 import tokenizer_pb2
+
+# The tokenizer refuses input it cannot render, or too much of it: the client's to fix.
+# A refusal names the field at fault when it knows it: the tools it is sent are the
+# request's, in order, so its ``tools[i]`` are the API's.
+RENDER_ERRORS = {
+    grpc.StatusCode.INVALID_ARGUMENT: lambda err: invalid(
+        err.details() or "The input could not be rendered.", refused_param(err, "input")
+    ),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: lambda err: invalid(
+        err.details() or "The input is too large to render.", "input", "input_too_large"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Render(Stage):
+    name: ClassVar[str] = "render"
+    inputs: ClassVar[frozenset[str]] = frozenset(
+        {"request", "ctx", "parent", "conversation", "model"}
+    )
+    output: ClassVar[str] = "prompt"
+    # Render only the new items and append them to the parent's cached tokens.
+    append: bool = False
+    # Without a parent (a client re-sending its whole history), look the longest rendered
+    # prefix up by content in the process's TokenCache, and keep this render there too.
+    by_content: bool = False
+
+    async def run(self, p: Prepared, res: Resources) -> Prompt:
+        request, conversation = p.request, p.conversation
+        assert conversation is not None
+        cached = p.parent.state.rendered if p.parent is not None else None
+        keys = []
+        if self.by_content and p.parent is None:
+            keys = content_keys(request.header_key, conversation.items)
+            cached = res.token_cache.longest(p.ctx.tenant, keys)
+        if self.append and cached is not None and cached.header_key == request.header_key:
+            rendered = await render_after(res, cached, conversation.items)
+        else:
+            rendered = await render_all(res, request, conversation.items)
+        if keys:
+            res.token_cache.put(p.ctx.tenant, keys[-1], rendered)
+        prompt = Prompt(rendered, rendered.prompt())
+        assert p.model is not None
+        # A compaction_trigger seals the whole history and generates nothing: no truncation.
+        over = len(prompt.tokens) > p.model.context_window
+        if request.truncation == "auto" and over and not request.compact_now:
+            return await truncated(res, request, conversation.items, prompt, p.model.context_window)
+        return prompt
+
+    def check(self, p: Prepared) -> None:
+        assert p.prompt is not None and p.model is not None
+        size, window = len(p.prompt.tokens), p.model.context_window
+        if size > window and not p.request.compact_now:  # compacting is how to get under it
+            raise invalid(
+                f"Your input is {size} tokens, over the model's context window of {window}.",
+                "input",
+                "context_length_exceeded",
+            )
+
+
+async def truncated(
+    res: Resources,
+    request: CreateRequest,
+    items: list[conversation_pb2.Item],
+    full: Prompt,
+    window: int,
+) -> Prompt:
+    """The prompt with the fewest oldest items dropped that fits ``window``
+    (``turnpike.gateway.protocol.truncation``); the full prompt when none does (``check`` refuses it)."""
+    plan = truncation.plan(items)
+    fitted: dict[int, RenderedPrefix] = {}
+
+    async def fits(count: int) -> bool:
+        rendered = await render_all(res, request, plan.dropping(count)[0])
+        fitted[count] = rendered
+        return len(rendered.prompt()) <= window
+
+    count = await truncation.smallest_fit(plan.max_drop, fits)
+    if count is None:
+        return full
+    kept, dropped = plan.dropping(count)
+    rendered = fitted[count]
+    return Prompt(rendered, rendered.prompt(), kept, tuple(dropped), len(full.tokens))
+
+
+async def render_all(
+    res: Resources, request: CreateRequest, items: list[conversation_pb2.Item]
+) -> RenderedPrefix:
+    """Instructions, tools and every item."""
+    reply = await res.backends.call(
+        "tokenizer",
+        res.backends.tokenizer.Render,
+        tokenizer_pb2.RenderRequest(
+            instructions=request.instructions or "", tools=request.proto_tools, items=items
+        ),
+        RENDER_ERRORS,
+    )
+    return RenderedPrefix(
+        request.header_key,
+        array("I", reply.tokens),
+        len(items),
+        array("I", reply.completion_prompt),
+    )
+
+
+async def render_after(
+    res: Resources, cached: RenderedPrefix, items: list[conversation_pb2.Item]
+) -> RenderedPrefix:
+    """The items after a rendered prefix, appended to its tokens."""
+    tail = items[cached.items :]
+    if not tail:  # the same history, re-sent
+        return cached
+    reply = await res.backends.call(
+        "tokenizer",
+        res.backends.tokenizer.RenderAppend,
+        tokenizer_pb2.RenderAppendRequest(items=tail),
+        RENDER_ERRORS,
+    )
+    return RenderedPrefix(
+        cached.header_key,
+        cached.tokens + array("I", reply.tokens),
+        len(items),
+        array("I", reply.completion_prompt),
+    )

@@ -1,0 +1,1 @@
+"""Opaque blobs only this server can open: sealing, encrypted reasoning, compaction."""

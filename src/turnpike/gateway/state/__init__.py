@@ -1,0 +1,1 @@
+"""Where responses, conversations and caches are kept: in process, or in Redis."""

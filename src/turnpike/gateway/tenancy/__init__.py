@@ -1,0 +1,1 @@
+"""Who may ask, and how much: API keys, tenants, limits, admission and shedding."""

@@ -1,0 +1,1 @@
+"""What the gateway calls: the backend services, billing, and the PDF worker processes."""
