@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv protos ports settings run test test-unit lint format lock clean images up down logs ps bench-services bench bench-load \
+.PHONY: help venv protos ports settings requirements run test test-unit lint format lock clean images up down logs ps bench-services bench bench-load \
 	bench-fairness bench-overload bench-pdf bench-codex soak chaos openapi fuzz docs
 
 help:
@@ -18,6 +18,7 @@ help:
 	@echo "make openapi  regenerate src/turnpike/gateway/api/openapi.json from specs/ (served at /openapi.json)"
 	@echo "make ports   write the ports of src/turnpike/catalogue.py into .env and deploy/k8s"
 	@echo "make settings  write the settings declared in src/turnpike/config.py into .env, deploy/k8s and docs/settings.md"
+	@echo "make requirements  write the images' package lists (deploy/requirements/) from pyproject.toml and requirements.lock"
 	@echo "make lint    ruff check and format check, mypy"
 	@echo "make docs    check that every link and anchor of README.md and docs/ resolves (offline)"
 	@echo "make up      the stack as containers (builds what is missing, waits until healthy); make down|ps|logs"
@@ -62,6 +63,12 @@ ports: venv
 settings: venv
 	$(PY) scripts/gen_settings.py
 
+# Dependencies are declared in pyproject.toml (an extra per service) and pinned in
+# requirements.lock; each image's list in deploy/requirements/ is the closure of its
+# service's extra, at the lock's pins (a test fails when they are stale).
+requirements: venv
+	$(PY) scripts/gen_requirements.py
+
 run: venv
 	$(PY) -m turnpike.devstack
 
@@ -88,7 +95,7 @@ test-unit: venv
 # Containers (deploy/, compose.yaml, .env). Compose is `docker compose` or `docker-compose`,
 # whichever this machine has. PROFILES=redis adds the optional Redis tier; Jaeger runs
 # when its image is here. LOGS_ARGS="--follow gateway-1" to follow one service.
-images: venv
+images: requirements
 	$(PY) deploy/images.py
 
 up: images
@@ -172,10 +179,14 @@ format: venv
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
+# Re-pin: a throwaway virtual environment installs every extra of pyproject.toml (dev names
+# them all) and its freeze, the project left out, is the lock; then the images' lists.
 lock:
+	rm -rf /tmp/turnpike-lock
 	$(PYTHON) -m venv /tmp/turnpike-lock
-	/tmp/turnpike-lock/bin/pip install --quiet -r requirements.in
+	/tmp/turnpike-lock/bin/pip install --quiet -e '.[dev]'
 	/tmp/turnpike-lock/bin/pip freeze --exclude-editable > requirements.lock
+	$(MAKE) --no-print-directory requirements
 
 clean:
 	rm -rf $(VENV) var

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = r"""
 import asyncio, errno, os, sys, threading, time
 from redis import asyncio as aioredis
-from gateway import background_redis
+from turnpike.gateway.state import background_redis
 
 URL = sys.argv[1]
 made = []

@@ -192,7 +192,7 @@ def test_no_tenant_reaches_the_view() -> None:
 
 MULTIPROCESS_TURN = """
 import json
-from gateway import metrics
+from turnpike.gateway import metrics
 from turnpike.gateway.observability.dashboard.sampler import Sampler, take_snapshot
 from turnpike.metrics import multiprocess_registry
 
