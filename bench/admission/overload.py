@@ -4,7 +4,7 @@ with overload shedding off and on, side by side in one run.
 Two private stacks: one with shedding off (``TURNPIKE_MAX_IN_FLIGHT=0``), one with the
 gateway's default (or ``--max-in-flight``). Every request asks ``turnpike-sim`` (1,000
 tokens/s) for about 2,000 tokens: a prompt that asks for that many ("in 2000 tokens": the
-simulator writes that long, ``src/turnpike/worker/answers.py``) and a ``max_output_tokens``
+simulator writes that long, ``src/turnpike/worker/pseudo_text.py``) and a ``max_output_tokens``
 that does not cut it. First one request alone on each stack (the reference), then the
 capacity sweep on the stack without shedding: N streams at once, and the tokens/s each
 one gets against the model's speed (the figure the in-flight default comes from); then N

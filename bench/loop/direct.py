@@ -25,7 +25,8 @@ from turnpike.inference.v1 import inference_pb2
 from turnpike.router.registry import ModelRegistry, load_models
 from turnpike.router.v1 import router_pb2, router_pb2_grpc
 from turnpike.tokenizer.render import Renderer
-from turnpike.worker.answers import FunctionCallAnswer, plan_answer
+from turnpike.worker.answer_kinds import FunctionCallAnswer
+from turnpike.worker.answers import plan_answer
 
 
 @dataclass(frozen=True)

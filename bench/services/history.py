@@ -19,7 +19,8 @@ from typing import Any
 from bench.loop.rollout import DEFAULT_OUTPUT_CHARS, Rollout, repo_corpus
 from turnpike.conversation.v1.conversation_pb2 import Item, Tool
 from turnpike.vocab import harmony_encoding
-from turnpike.worker.answers import FunctionCallAnswer, plan_answer
+from turnpike.worker.answer_kinds import FunctionCallAnswer
+from turnpike.worker.answers import plan_answer
 
 OUTPUT_CHARS = DEFAULT_OUTPUT_CHARS
 # Fixed, so every run sends the same instructions (the loop's runs differ on purpose).

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 from support.metric_samples import Delta
 
 from turnpike.gateway.tenancy.limits import FallbackLimiter, RedisLimiter
-from turnpike.gateway.tenancy.tenants import TenantLimits, TokenBudget
+from turnpike.gateway.tenancy.tenant_limits import TenantLimits, TokenBudget
 
 
 @pytest.fixture

@@ -27,18 +27,9 @@ from test_config_errors import assert_configuration_error, run_with
 
 from turnpike.config import ConfigError, GatewaySettings
 from turnpike.gateway.protocol.errors import ApiError
-from turnpike.gateway.tenancy.tenants import (
-    NO_ACCESS,
-    SCHEMA_PATH,
-    UNLIMITED,
-    TenantDirectory,
-    TenantLimits,
-    TokenBudget,
-    hash_key,
-    load_file,
-    main,
-    reload_on_sighup,
-)
+from turnpike.gateway.tenancy.tenant_limits import NO_ACCESS, UNLIMITED, TenantLimits, TokenBudget
+from turnpike.gateway.tenancy.tenants import TenantDirectory, main, reload_on_sighup
+from turnpike.gateway.tenancy.tenants_file import SCHEMA_PATH, hash_key, load_file
 
 ACME_KEY = "sk-turnpike-acme-test-key"
 BETA_KEY = "sk-turnpike-beta-test-key"

@@ -19,7 +19,8 @@ from support.tools import APPLY_PATCH_GRAMMAR
 
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.vocab import harmony_encoding
-from turnpike.worker.answers import FunctionCallAnswer, plan_answer
+from turnpike.worker.answer_kinds import FunctionCallAnswer
+from turnpike.worker.answers import plan_answer
 
 ENCODING = harmony_encoding()
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import yaml
 
-from turnpike.gateway.tenancy.tenants import hash_key, mint_key
+from turnpike.gateway.tenancy.tenants import mint_key
+from turnpike.gateway.tenancy.tenants_file import hash_key
 
 
 def write_tenants(path: Path, **tenants: dict[str, Any]) -> dict[str, str]:

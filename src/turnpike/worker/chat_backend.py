@@ -1,7 +1,7 @@
 """A backend behind a chat completions API (Cerebras, or any OpenAI-compatible server),
 streamed into the Inference contract. This is what every such backend does the same
 way; a subclass builds its SDK's client and reads its SDK's exceptions (and any timings
-the backend reports). The request and chunk mapping is ``chat_mapping`` (pure).
+the backend reports). The request and chunk mapping is ``chat_request`` and ``chat_stream`` (pure).
 
 Rate limits: the SDKs' own retry is off (``max_retries=0`` on the client). It would
 also retry 5xx and connection failures without telling us, and it ignores a
@@ -52,13 +52,8 @@ from turnpike import token_bytes
 from turnpike.config import ConfigError
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.worker.backends import InvalidRequestError, error_event
-from turnpike.worker.chat_mapping import (
-    ChunkMapper,
-    MappingError,
-    StreamProtocolError,
-    call_limit,
-    chat_params,
-)
+from turnpike.worker.chat_request import MappingError, call_limit, chat_params
+from turnpike.worker.chat_stream import ChunkMapper, StreamProtocolError
 
 log = logging.getLogger(__name__)
 

@@ -37,10 +37,12 @@ from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.token_pieces import encode_in_pieces
 from turnpike.vocab import harmony_encoding
 from turnpike.worker import metrics
-from turnpike.worker.answers import AnswerError, FunctionCallAnswer, plan_answer, plan_reasoning
+from turnpike.worker.answer_kinds import AnswerError, FunctionCallAnswer
+from turnpike.worker.answers import plan_answer
 from turnpike.worker.backends import InvalidRequestError, error_event
 from turnpike.worker.pacing import Chunk, paced, token_chunks
 from turnpike.worker.prefix_cache import PrefixCache
+from turnpike.worker.reasoning import plan_reasoning
 
 DELTA_INTERVAL_S = 0.020
 DELTA_TOKENS = 20

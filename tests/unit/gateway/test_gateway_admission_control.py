@@ -10,7 +10,7 @@ from turnpike.gateway.protocol.request import parse_create
 from turnpike.gateway.tenancy.admission import AdmissionControl, estimate_tokens
 from turnpike.gateway.tenancy.limits import LocalLimiter
 from turnpike.gateway.tenancy.shedding import InFlight
-from turnpike.gateway.tenancy.tenants import TenantLimits, TokenBudget
+from turnpike.gateway.tenancy.tenant_limits import TenantLimits, TokenBudget
 
 
 def request(**body):

@@ -22,7 +22,7 @@ from turnpike.gateway.tenancy.limits import (
     format_duration,
 )
 from turnpike.gateway.tenancy.limits.core import ConnectionSlot, Ticket
-from turnpike.gateway.tenancy.tenants import TenantLimits, TokenBudget
+from turnpike.gateway.tenancy.tenant_limits import TenantLimits, TokenBudget
 
 NOON = datetime(2025, 3, 12, 12, 0, tzinfo=UTC).timestamp()  # a Wednesday
 

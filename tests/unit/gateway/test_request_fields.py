@@ -16,8 +16,9 @@ from turnpike.gateway.protocol.errors import ApiError
 from turnpike.gateway.protocol.request import parse_create
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.vocab import harmony_encoding
-from turnpike.worker.answers import FunctionCallAnswer, MessageAnswer, plan_answer
-from turnpike.worker.chat_mapping import chat_params
+from turnpike.worker.answer_kinds import FunctionCallAnswer, MessageAnswer
+from turnpike.worker.answers import plan_answer
+from turnpike.worker.chat_request import chat_params
 
 ENCODING = harmony_encoding()
 TOOLS = [WEATHER_TOOL, READ_FILE_TOOL]
@@ -262,7 +263,7 @@ def test_a_prompt_cache_key_routes_within_its_tenant_only() -> None:
 def test_chat_backends_drop_calls_past_max_tool_calls() -> None:
     """Chat completions has no call limit: the calls a hosted model makes past it are
     not passed on."""
-    from turnpike.worker.chat_mapping import ChunkMapper
+    from turnpike.worker.chat_stream import ChunkMapper
 
     def fragment(index: int, name: str) -> dict:
         call = {"index": index, "id": f"c{index}", "function": {"name": name, "arguments": "{}"}}
@@ -317,7 +318,7 @@ def test_chat_backends_get_the_penalties() -> None:
 
 
 def test_the_call_limit_of_a_chat_backend() -> None:
-    from turnpike.worker.chat_mapping import call_limit
+    from turnpike.worker.chat_request import call_limit
 
     def limit(**kw) -> int | None:
         return call_limit(pb.GenerateRequest(model="m", tools=[WEATHER], **kw))

@@ -19,9 +19,10 @@ from turnpike.gateway.protocol.errors import ApiError
 from turnpike.gateway.protocol.request import parse_create
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.vocab import harmony_encoding
-from turnpike.worker.answers import AnswerError, FunctionCallAnswer, MessageAnswer, plan_answer
+from turnpike.worker.answer_kinds import AnswerError, FunctionCallAnswer, MessageAnswer
+from turnpike.worker.answers import plan_answer
 from turnpike.worker.backends import InvalidRequestError
-from turnpike.worker.chat_mapping import MappingError, chat_params
+from turnpike.worker.chat_request import MappingError, chat_params
 from turnpike.worker.prefix_cache import PrefixCache
 from turnpike.worker.simulator import SimulatorBackend
 

@@ -9,7 +9,7 @@ import pytest
 from support.gateway_standins import create, prepare
 from support.inference_items import call, message, output
 
-from turnpike.gateway.engine.response_engine import TIMINGS_KEY, TRUNCATION_KEY
+from turnpike.gateway.engine.timings import TIMINGS_KEY, TRUNCATION_KEY
 from turnpike.gateway.pipeline.variants import LEGACY, SPRINT
 from turnpike.gateway.protocol.errors import ApiError
 from turnpike.gateway.protocol.truncation import plan, smallest_fit

@@ -7,13 +7,9 @@ import pytest
 
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.vocab import harmony_encoding
-from turnpike.worker.answers import (
-    AnswerError,
-    FunctionCallAnswer,
-    MessageAnswer,
-    choose_tool,
-    plan_answer,
-)
+from turnpike.worker.answer_kinds import AnswerError, FunctionCallAnswer, MessageAnswer
+from turnpike.worker.answers import plan_answer
+from turnpike.worker.tool_calls import choose_tool
 
 ENCODING = harmony_encoding()
 

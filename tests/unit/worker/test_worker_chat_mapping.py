@@ -1,5 +1,5 @@
 """The pure mapping between the Inference contract and a chat completions API: requests
-out, streamed chunks back (``turnpike.worker.chat_mapping``), and the retry-after headers."""
+out, streamed chunks back (``turnpike.worker.chat_request``, ``turnpike.worker.chat_stream``), and the retry-after headers."""
 
 from __future__ import annotations
 
@@ -12,13 +12,8 @@ from support.tools import WEATHER_PROTO_TOOL, WEATHER_SCHEMA
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.worker.chat_backend import parse_retry_after
-from turnpike.worker.chat_mapping import (
-    ChunkMapper,
-    MappingError,
-    StreamProtocolError,
-    chat_messages,
-    chat_params,
-)
+from turnpike.worker.chat_request import MappingError, chat_messages, chat_params
+from turnpike.worker.chat_stream import ChunkMapper, StreamProtocolError
 
 # ---- the request mapping (pure) -------------------------------------------------------
 

@@ -4,7 +4,7 @@ metadata, delete) and their items (list in pages, add, retrieve, delete).
 Stored by the gateway's ``ConversationStore`` and scoped by tenant: another tenant's
 conversation is not found, as one that never existed. Items are validated as a create
 request's ``input`` is, and stored in the canonical shape with an id each. A response
-created with ``conversation`` appends its input and output here (``turnpike.gateway.engine.response_engine``).
+created with ``conversation`` appends its input and output here (``turnpike.gateway.engine.after_turn``).
 Items that would take a conversation past its bounds (``turnpike.gateway.state.conversation_bounds``) are
 refused whole: a 400 ``conversation_too_large``.
 """

@@ -31,7 +31,7 @@ from turnpike.gateway.protocol.errors import ApiError, echo, invalid
 from turnpike.gateway.protocol.request import CreateRequest
 from turnpike.gateway.tenancy.limits import Limiter, Ticket
 from turnpike.gateway.tenancy.shedding import InFlight, Shed
-from turnpike.gateway.tenancy.tenants import TenantLimits
+from turnpike.gateway.tenancy.tenant_limits import TenantLimits
 
 log = logging.getLogger(__name__)
 

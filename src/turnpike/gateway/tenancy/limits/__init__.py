@@ -11,7 +11,7 @@ The whole interface (``Limiter``)::
     await limiter.close_connection(slot)
     await limiter.close()                                  # at shutdown
 
-``limits`` is a tenant's ``TenantLimits`` (turnpike.gateway.tenancy.tenants); None in it means unlimited.
+``limits`` is a tenant's ``TenantLimits`` (turnpike.gateway.tenancy.tenant_limits); None in it means unlimited.
 
 What is checked, all at once, reserving only if everything admits:
 

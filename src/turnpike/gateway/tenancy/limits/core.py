@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from turnpike.gateway.tenancy.tenants import TenantLimits, TokenBudget
+    from turnpike.gateway.tenancy.tenant_limits import TenantLimits, TokenBudget
 
 # The reasons of a refusal, in the order they are reported when several limits refuse
 # at once: a spent budget first (it is another error for the client), then the rates.

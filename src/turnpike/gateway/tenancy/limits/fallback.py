@@ -27,7 +27,7 @@ from turnpike.gateway.tenancy.limits.redis_limiter import ISSUER as REDIS
 from turnpike.gateway.tenancy.limits.redis_limiter import LimiterUnavailable, RedisLimiter
 
 if TYPE_CHECKING:
-    from turnpike.gateway.tenancy.tenants import TenantLimits
+    from turnpike.gateway.tenancy.tenant_limits import TenantLimits
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from turnpike.gateway.tenancy.limits.core import Admission, Clock, ConnectionSlo
 from turnpike.gateway.tenancy.limits.metrics import count_refusal
 
 if TYPE_CHECKING:
-    from turnpike.gateway.tenancy.tenants import TenantLimits
+    from turnpike.gateway.tenancy.tenant_limits import TenantLimits
 
 ISSUER = "local"
 

@@ -38,7 +38,7 @@ from turnpike.gateway.tenancy.limits.metrics import count_refusal
 if TYPE_CHECKING:
     from redis.typing import EncodableT
 
-    from turnpike.gateway.tenancy.tenants import TenantLimits
+    from turnpike.gateway.tenancy.tenant_limits import TenantLimits
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,239 @@
+"""Generating a response on a worker: the worker's stream relayed as Responses events,
+and, when a worker cannot be reached before it has streamed anything, another worker
+tried (at most ``MAX_WORKER_ATTEMPTS``). Returns the response's terminal events."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from turnpike import token_bytes
+from turnpike.gateway.engine.event_queue import ResponseEventQueue
+from turnpike.gateway.engine.timings import annotate
+from turnpike.gateway.observability import turn_metrics
+from turnpike.gateway.pipeline.prepared import Prepared
+from turnpike.gateway.pipeline.stages import Resources
+from turnpike.gateway.pipeline.stages.route import pick_worker
+from turnpike.gateway.protocol.errors import ApiError
+from turnpike.gateway.protocol.events import Event, ResponseEvents
+from turnpike.gateway.protocol.response_object import usage
+from turnpike.gateway.upstream.worker_stream import WorkerSilentError, worker_events
+from turnpike.imageres.v1 import imageres_pb2
+from turnpike.inference.v1 import inference_pb2
+from turnpike.router.v1 import router_pb2
+
+log = logging.getLogger(__name__)
+
+# How many workers a generation may try before it fails (connection refused only).
+MAX_WORKER_ATTEMPTS = 3
+
+
+@dataclass
+class Generation:
+    """What generating a response found out: the worker that served it (after any
+    reroute) and the model's own timings."""
+
+    route: router_pb2.RouteDecision | None
+    model_ms: dict[str, float] = field(default_factory=dict)
+    worker_id: str = ""
+    output_tokens: int = 0  # streamed so far (what a cancelled response is billed)
+
+
+class WorkerGeneration:
+    def __init__(self, res: Resources, worker_silence_s: float) -> None:
+        self.res = res
+        self.worker_silence_s = worker_silence_s
+
+    async def run(
+        self,
+        prepared: Prepared,
+        generation: Generation,
+        events: ResponseEvents,
+        queue: ResponseEventQueue,
+        save_progress: Callable[[], Awaitable[None]],
+    ) -> list[Event]:
+        """Generate the response, emitting its events to ``queue`` as they come; the
+        terminal events are returned. A background response calls ``save_progress`` as
+        each output item starts and ends, so that a poll sees the output so far."""
+        request, model, prompt = prepared.request, prepared.model, prepared.prompt
+        assert model is not None and prompt is not None and prepared.conversation is not None
+        gen_request = _generate_request(prepared)
+        excluded: list[str] = []
+        for attempt in range(MAX_WORKER_ATTEMPTS):
+            route = generation.route
+            assert route is not None
+            started = False
+            stream = self._worker_stream(prepared, route, gen_request)
+            try:
+                async for event in worker_events(stream, self.worker_silence_s):
+                    started = True
+                    kind = event.WhichOneof("event")
+                    if kind == "finished":
+                        return _finished(prepared, generation, events, event.finished)
+                    if kind == "error":
+                        return events.failed(
+                            event.error.code or "server_error",
+                            f"The model failed: {event.error.message}",
+                        )
+                    _relay(kind, event, prepared, generation, events, queue)
+                    if request.background and kind in ("item_started", "item_done"):
+                        await save_progress()
+                return events.failed("server_error", "The model stream ended unexpectedly.")
+            except (grpc.aio.AioRpcError, WorkerSilentError) as err:
+                # A silent worker is as good as an unavailable one: another may serve.
+                code = err.code() if isinstance(err, grpc.aio.AioRpcError) else None
+                reason = code.name.lower() if code is not None else str(err)
+                retry = (
+                    not started
+                    and code in (None, grpc.StatusCode.UNAVAILABLE)
+                    and attempt + 1 < MAX_WORKER_ATTEMPTS
+                )
+                log.warning(
+                    "worker %s failed (%s); %s",
+                    route.worker_id,
+                    reason,
+                    "rerouting" if retry else "failing the response",
+                )
+                if not retry:
+                    return events.failed(
+                        "server_error",
+                        f"The inference worker failed while generating ({reason}).",
+                    )
+                excluded.append(route.worker_id)
+                try:
+                    generation.route = await pick_worker(
+                        self.res.backends,
+                        model.id,
+                        prepared.conversation.affinity_key,
+                        len(prompt.tokens),
+                        exclude=excluded,
+                    )
+                except ApiError as api_err:
+                    return events.failed("server_error", api_err.message)
+        return events.failed("server_error", "No inference worker could serve the response.")
+
+    def _worker_stream(
+        self,
+        prepared: Prepared,
+        route: router_pb2.RouteDecision,
+        gen_request: inference_pb2.GenerateRequest,
+    ):
+        assert prepared.policy is not None
+        backends = self.res.backends
+        if prepared.policy.worker_via_imageres:
+            return backends.imageres.ProxyGenerate(
+                imageres_pb2.ProxyGenerateRequest(
+                    worker_address=route.worker_address, request=gen_request
+                )
+            )
+        return backends.worker(route.worker_address).Generate(gen_request)
+
+
+def _generate_request(prepared: Prepared) -> inference_pb2.GenerateRequest:
+    request, model, prompt = prepared.request, prepared.model, prepared.prompt
+    assert model is not None and prompt is not None and prepared.conversation is not None
+    return inference_pb2.GenerateRequest(
+        request_id=prepared.response_id,
+        model=model.id,
+        prompt=token_bytes.pack(prompt.tokens),
+        instructions=request.instructions or "",
+        items=prompt.kept_items if prompt.truncated else prepared.conversation.items,
+        tools=request.callable_proto_tools,
+        tool_choice=request.tool_choice_name(),
+        parallel_tool_calls=request.parallel_tool_calls,
+        max_tool_calls=request.max_tool_calls,
+        verbosity=request.verbosity,
+        sampling=inference_pb2.SamplingParams(
+            temperature=request.temperature,
+            top_p=request.top_p,
+            max_output_tokens=request.max_output_tokens or 0,
+            seed=request.seed or 0,
+            presence_penalty=request.presence_penalty,
+            frequency_penalty=request.frequency_penalty,
+        ),
+        tokens_per_second=model.tokens_per_second,
+        ttft_ms=model.ttft_ms,
+        prefill_tokens_per_second=model.prefill_tokens_per_second,
+        backend=model.backend,
+        # On the legacy path the imageres proxy resolves the images and sets this.
+        image_tokens=prepared.image_tokens or 0,
+        text_format=request.proto_text_format,
+        reasoning_effort=(request.reasoning or {}).get("effort") or "",
+        reasoning_summary=(request.reasoning or {}).get("summary") or "",
+        tenant=prepared.ctx.tenant,  # scopes the worker's prefix cache
+    )
+
+
+def _relay(
+    kind: str | None,
+    event: inference_pb2.GenerateEvent,
+    prepared: Prepared,
+    generation: Generation,
+    events: ResponseEvents,
+    queue: ResponseEventQueue,
+) -> None:
+    """One event of the worker's stream (not its last, of ``kind``) as the Responses
+    events it makes."""
+    if kind == "item_started":
+        started = event.item_started
+        if started.kind == inference_pb2.ItemStarted.FUNCTION_CALL:
+            tool = prepared.request.called_tool(started.name) or {}
+            for e in events.start_function_call(
+                started.call_id, started.name, tool.get("namespace"), custom=started.custom
+            ):
+                queue.emit(e)
+        elif started.kind == inference_pb2.ItemStarted.REASONING:
+            for e in events.start_reasoning():
+                queue.emit(e)
+        else:
+            for e in events.start_message():
+                queue.emit(e)
+    elif kind == "delta" and event.delta.summary:
+        for e in events.summary(event.delta.text):
+            queue.emit(e)
+    elif kind == "delta":
+        turn_metrics.first_token(prepared.ctx)
+        generation.output_tokens += event.delta.tokens
+        text = event.delta.text
+        if queue.merge_delta(events.open_item_id, text):
+            events.extend_delta(text)
+        else:
+            queue.emit(events.delta(text))
+    elif kind == "item_done":
+        for e in events.finish_item():
+            queue.emit(e)
+
+
+def _finished(
+    prepared: Prepared,
+    generation: Generation,
+    events: ResponseEvents,
+    finished: inference_pb2.Finished,
+) -> list[Event]:
+    """The worker's last event: its timings noted, the response completed (or incomplete
+    when it ran out of output tokens) with the usage the backend counted."""
+    t = finished.timings
+    generation.model_ms = {
+        "queue_ms": t.queue_ms,
+        "prefill_ms": t.prefill_ms,
+        "decode_ms": t.decode_ms,
+        "ttft_ms": t.ttft_ms,
+        "total_ms": t.total_ms,
+    }
+    generation.worker_id = finished.worker_id
+    annotate(prepared, generation)
+    u = finished.usage
+    assert prepared.prompt is not None
+    # The backend's count is authoritative (images, a hosted model's own tokenizer).
+    use = usage(
+        u.input_tokens or len(prepared.prompt.tokens),
+        u.cached_tokens,
+        u.output_tokens,
+        u.reasoning_tokens,
+    )
+    if finished.finish_reason == "length":
+        return events.incomplete("max_output_tokens", use)
+    return [events.completed(use)]
