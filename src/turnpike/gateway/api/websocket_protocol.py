@@ -35,12 +35,7 @@ from typing import Any
 from turnpike.gateway.protocol import bounds
 from turnpike.gateway.protocol.errors import ApiError, echo, invalid, too_large
 from turnpike.gateway.protocol.json_codec import parse_json
-from turnpike.gateway.protocol.request import (
-    STREAM_ID_RE,
-    CreateRequest,
-    check_stream_options,
-    parse_create,
-)
+from turnpike.gateway.protocol.request import STREAM_ID_RE, CreateRequest, parse_create
 from turnpike.gateway.state.connection_cache import ConnectionCache
 
 # Close code 1001, going away: the official clients reconnect on it.
@@ -164,7 +159,6 @@ class WsSession:
         fields = {k: v for k, v in body.items() if k != "type"}
         # openai-agents always sends stream: true; on a socket streaming is implied.
         fields.pop("stream", None)
-        check_stream_options(fields.pop("stream_options", None))
         request = parse_create(fields, default_model=self.default_model, websocket=True)
         lane = request.stream_id
         if now >= self.expires_at:

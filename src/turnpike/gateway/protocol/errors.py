@@ -7,7 +7,6 @@ failure after streaming began becomes ``response.failed`` instead (see events).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,25 +107,6 @@ def require_str(raw: dict[str, Any], key: str, param: str, expected: str = "a st
     if not isinstance(value, str):
         raise invalid_type(f"{param}.{key}", expected)
     return value
-
-
-def typed_entries(
-    raw: list[Any], param: str, kind: str | tuple[str, ...], supported: str
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Each entry of an array of ``{"type": kind, ...}`` objects (``kind``: one type or
-    several), with its param; another type is refused as ``only <supported> supported``."""
-    kinds = (kind,) if isinstance(kind, str) else kind
-    for i, entry in enumerate(raw):
-        entry_param = f"{param}[{i}]"
-        if not isinstance(entry, dict):
-            raise invalid_type(entry_param, "an object")
-        if entry.get("type") not in kinds:
-            raise invalid(
-                f"Invalid '{entry_param}.type': only {supported} supported.",
-                f"{entry_param}.type",
-                "invalid_value",
-            )
-        yield entry_param, entry
 
 
 def not_found(message: str, param: str | None = None, code: str | None = None) -> ApiError:
