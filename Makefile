@@ -174,7 +174,7 @@ fuzz: venv
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -p no:cacheprovider --timeout=0 \
 		tests/stack/test_fuzz_http.py tests/stack/test_fuzz_websocket.py tests/stack/test_fuzz_grpc.py
 
-# mypy's settings are in pyproject.toml ([tool.mypy]): src/ and bench/ checked, the
+# mypy's settings are in pyproject.toml ([tool.mypy]): src/, bench/ and tests/ checked, the
 # pure modules strict. Its cache (.mypy_cache) makes a second run take seconds.
 lint: venv
 	$(PY) -m ruff check .

@@ -31,8 +31,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the PDFs are the tests' (support.pdf_bombs)
 
-from support import pdf_bombs  # type: ignore[import-not-found]  # noqa: E402
-from support.pdf import COMPLIANCE_FIXTURE, minimal_pdf  # type: ignore[import-not-found]  # noqa: E402
+from support import pdf_bombs  # noqa: E402
+from support.pdf import COMPLIANCE_FIXTURE, minimal_pdf  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results"
 READERS = ("pypdf", "pypdfium2", "gateway-pool")

@@ -23,11 +23,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from support.gateway_process import gateway_replicas
+from support.loopback import publish_on_loopback
 from support.otlp_receiver import Receiver
 from support.procs import free_port
 from support.scripts import load_script
@@ -101,9 +103,7 @@ def redis_url(images: Images) -> Iterator[str]:
     container = DockerContainer(image).with_command(
         ["redis-server", "--protected-mode", "no", "--save", "", "--appendonly", "no"]
     )
-    # Published on loopback only (docker's (address, port) form; with_bind_ports takes
-    # no address).
-    container.ports["6379/tcp"] = ("127.0.0.1", port)
+    publish_on_loopback(container, "6379/tcp", port)
     with container:
         wrapped = container.get_wrapped_container()
         for _ in range(100):
@@ -186,7 +186,7 @@ REPLICA_HEADER = "x-turnpike-replica"
 
 @dataclass
 class ContainerStack:
-    compose: object  # deploy/compose.py's Compose
+    compose: Any  # deploy/compose.py's Compose (loaded by its path: no static type)
     gateway: str  # http://127.0.0.1:<port>: HAProxy, in front of the replicas
     keys: dict[str, str]  # tenant -> API key
     ready_after_s: float

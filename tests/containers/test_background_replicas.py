@@ -35,7 +35,7 @@ def test_a_stream_started_on_one_replica_resumes_on_the_other(two_replicas):
     with pytest.raises(openai.BadRequestError) as err:
         for _ in b.responses.retrieve(response_id, stream=True, starting_after=sequence[-1] + 1):
             pass
-    assert err.value.body["param"] == "starting_after"
+    assert err.value.param == "starting_after"
     (bob,) = clients(two_replicas[1:], "sk-test-bob")
     with pytest.raises(openai.NotFoundError):
         for _ in bob.responses.retrieve(response_id, stream=True, starting_after=0):

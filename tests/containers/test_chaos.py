@@ -144,9 +144,9 @@ def missing_from_store(stack, completed: list[Turn]) -> list[str]:
                 if turn.client != tenant:
                     continue
                 try:
-                    sdk.responses.retrieve(turn.response_id)
+                    sdk.responses.retrieve(turn.completed_id)
                 except NotFoundError:
-                    missing.append(turn.response_id)
+                    missing.append(turn.completed_id)
     return missing
 
 
@@ -159,7 +159,9 @@ def ledger_mismatches(stack, completed: list[Turn]) -> list[str]:
         assert result.exit_code == 0, result.output.decode()[-2000:]
         ledger = json.loads(result.output.decode().strip().splitlines()[-1])
         wrong = [
-            t.response_id for t in completed if ledger.get(t.response_id) != [t.client, *t.usage, 1]
+            t.completed_id
+            for t in completed
+            if ledger.get(t.completed_id) != [t.client, *t.usage, 1]
         ]
         if not wrong or time.monotonic() > deadline:
             return wrong
@@ -196,11 +198,11 @@ def clients(container_stack):
 
 def replicas_before(turns: list[Turn], moment: float) -> dict[str, str]:
     """Each HTTP client's replica on its last completed turn before ``moment``."""
-    last: dict[str, Turn] = {}
+    last: dict[str, str] = {}
     for turn in sorted(turns, key=lambda t: t.ended):
         if turn.ok and turn.replica and turn.ended < moment:
-            last[turn.client] = turn
-    return {client: turn.replica for client, turn in last.items()}
+            last[turn.client] = turn.replica
+    return last
 
 
 def check_a_gateway_fault(result: FaultResult, turns: list[Turn], victim: str) -> None:

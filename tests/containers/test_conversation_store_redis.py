@@ -99,7 +99,8 @@ async def test_replicas_share_a_conversation_and_every_key_expires(pair, redis_u
     items = await a.items(alice, conversation.id)
     assert [i["content"][0]["text"] for i in items or []] == ["one", "two"]
     assert (await b.update(alice, conversation.id, {"k": "w"})) is not None
-    assert (await a.get(alice, conversation.id)).metadata == {"k": "w"}  # type: ignore[union-attr]
+    stored = await a.get(alice, conversation.id)
+    assert stored is not None and stored.metadata == {"k": "w"}
 
     redis = aioredis.from_url(redis_url)
     try:

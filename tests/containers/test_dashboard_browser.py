@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -206,7 +207,7 @@ class Traffic:
                 for i in range(8):  # a conversation of eight turns, then a new one
                     if self._stop.is_set():
                         return
-                    body = {"input": f"Weather in town {i}?"}
+                    body: dict[str, Any] = {"input": f"Weather in town {i}?"}
                     if previous is not None:
                         call = only_call(previous)
                         body = {
@@ -240,7 +241,7 @@ def test_the_dashboard_in_a_real_browser(stack, browser: webdriver.Remote) -> No
         "every backend healthy",
         lambda: (
             (rows := browser.find_elements(By.CSS_SELECTOR, "[data-backend] .dot"))
-            and all("up" in row.get_attribute("class") for row in rows)
+            and all("up" in (row.get_attribute("class") or "") for row in rows)
         ),
     )
     before = number(text_of(browser, "turns-total")) or 0

@@ -251,7 +251,11 @@ def test_haproxy_errors_are_http_a_websocket_client_reads():
         client.receive_data(raw)
         client.receive_eof()
         refused = client.handshake_exc
-        assert isinstance(refused, InvalidStatus), (path.name, refused, refused.__cause__)
+        assert isinstance(refused, InvalidStatus), (
+            path.name,
+            refused,
+            refused and refused.__cause__,
+        )
         assert refused.response.status_code == int(path.stem)
         assert json.loads(refused.response.body)["error"]["message"]
         head, _, body = raw.partition(b"\r\n\r\n")

@@ -133,7 +133,9 @@ def test_no_pod_reaches_the_node_and_only_scratch_or_data_is_writable():
 
 
 def mebibytes(quantity: str) -> int:
-    number, unit = re.fullmatch(r"(\d+)(Mi|Gi)", quantity).groups()
+    match = re.fullmatch(r"(\d+)(Mi|Gi)", quantity)
+    assert match, quantity
+    number, unit = match.groups()
     return int(number) * (1024 if unit == "Gi" else 1)
 
 

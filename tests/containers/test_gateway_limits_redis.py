@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 import pytest
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
+from support.limiter import ticket_of
 from support.metric_samples import Delta
 
 from turnpike.gateway.tenancy.limits import FallbackLimiter, RedisLimiter
@@ -155,6 +156,7 @@ async def test_an_idle_tenant_leaves_nothing_behind(redis_url, redis, tenant):
     try:
         admission = await limiter.admit(tenant, limits, 1000)
         slot = await limiter.open_connection(tenant, limits)
+        assert slot is not None
         names = await keys_of(redis, tenant)
         assert [name.rsplit(":", 1)[1] for name in names] == [
             "connections",
@@ -164,7 +166,7 @@ async def test_an_idle_tenant_leaves_nothing_behind(redis_url, redis, tenant):
         ]
         for name in names:
             assert 0 < await redis.pttl(name) <= 2100
-        await limiter.settle(admission.ticket, 1000)
+        await limiter.settle(ticket_of(admission), 1000)
         await limiter.close_connection(slot)
 
         async def nothing_left() -> bool:
@@ -174,7 +176,7 @@ async def test_an_idle_tenant_leaves_nothing_behind(redis_url, redis, tenant):
         # A missing bucket is a full one.
         again = await limiter.admit(tenant, limits, 0)
         assert again.headers["x-ratelimit-remaining-requests"] == "599"
-        await limiter.settle(again.ticket, 0)
+        await limiter.settle(ticket_of(again), 0)
     finally:
         await limiter.close()
 
@@ -218,17 +220,17 @@ async def test_redis_stopped_mid_run_then_back(redis_url, redis, tenant, redis_c
     limits = TenantLimits(requests_per_minute=100, max_concurrent_responses=30)
     try:
         shared = await limiter.admit(tenant, limits, 0)
-        assert shared.ticket.issuer == "redis"
+        assert ticket_of(shared).issuer == "redis"
         container.stop(timeout=5)
         begin = time.monotonic()
         local = [await limiter.admit(tenant, limits, 0) for _ in range(20)]
         assert time.monotonic() - begin < 1.0  # serving goes on, unhurried
         assert all(admission.allowed for admission in local)
-        assert {admission.ticket.issuer for admission in local} == {"local"}
+        assert {ticket_of(admission).issuer for admission in local} == {"local"}
         assert limiter.degraded and fallbacks.change == 1
-        await limiter.settle(shared.ticket, 0)  # not sent to a Redis known to be down
+        await limiter.settle(ticket_of(shared), 0)  # not sent to a Redis known to be down
         for admission in local:
-            await limiter.settle(admission.ticket, 0)
+            await limiter.settle(ticket_of(admission), 0)
         container.start()
         assert await wait_until(lambda: answers(redis), 30), "redis did not come back"
 
@@ -237,10 +239,10 @@ async def test_redis_stopped_mid_run_then_back(redis_url, redis, tenant, redis_c
 
         assert await wait_until(shared_again, 10)
         back = await limiter.admit(tenant, limits, 0)
-        assert back.ticket.issuer == "redis"
+        assert ticket_of(back).issuer == "redis"
         # A restarted Redis starts empty: the bucket is full again.
         assert back.headers["x-ratelimit-remaining-requests"] == "99"
-        await limiter.settle(back.ticket, 0)
+        await limiter.settle(ticket_of(back), 0)
         assert fallbacks.change == 1
     finally:
         container.reload()

@@ -11,10 +11,12 @@ import asyncio
 import json
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from support.loopback import publish_on_loopback
 from support.procs import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +39,7 @@ def exchange(port: int, request: bytes, timeout_s: float = 10.0) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def lonely_haproxy(images) -> int:
+def lonely_haproxy(images) -> Iterator[int]:
     """The proxy alone (its replicas' names resolve to nothing): its published port."""
     from testcontainers.core.container import DockerContainer
 
@@ -48,7 +50,7 @@ def lonely_haproxy(images) -> int:
         .with_volume_mapping(str(REPO / "deploy" / "haproxy"), "/usr/local/etc/haproxy", "ro")
         .with_command(["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"])
     )
-    container.ports[f"{GATEWAY_PORT}/tcp"] = ("127.0.0.1", port)
+    publish_on_loopback(container, f"{GATEWAY_PORT}/tcp", port)
     with container:
         deadline = time.monotonic() + 30
         while True:

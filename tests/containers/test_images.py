@@ -1,5 +1,6 @@
 """The service images themselves: non-root, a health check, the code and packages of
-their own service and nothing else, no installer, no build inputs."""
+their own service and nothing else (of the other services, their wire stubs only), no
+installer, no build inputs."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ SERVICES = ("gateway", "safety", "tokenizer", "router", "billing", "imageres", "
 PROBE = r"""
 import importlib.metadata as md, importlib.util, json, os, pathlib
 app = pathlib.Path("/opt/turnpike/app")
+package = app / "turnpike"
+stubs_only = {"__init__.py", "__pycache__", "v1"}
 def writable(path):
     try:
         probe = pathlib.Path(path) / ".probe"
@@ -29,6 +32,10 @@ print(json.dumps({
     "uid": os.getuid(), "gid": os.getgid(),
     "service": os.environ.get("TURNPIKE_SERVICE"),
     "packages": sorted(p.name for p in app.iterdir() if p.is_dir()),
+    "folders_with_code": sorted(
+        p.name for p in package.iterdir()
+        if p.is_dir() and {c.name for c in p.iterdir()} - stubs_only
+    ),
     "dists": {d.metadata["Name"]: d.version for d in md.distributions()},
     "pip": importlib.util.find_spec("pip") is not None,
     "ledger_dir_writable": writable("/var/lib/turnpike/billing"),
@@ -40,7 +47,7 @@ print(json.dumps({
 
 
 def pins(path: Path) -> dict[str, str]:
-    found = {}
+    found: dict[str, str] = {}
     for line in path.read_text().splitlines():
         line = line.split("#")[0].strip()
         if "==" in line:
@@ -71,9 +78,11 @@ def test_service_image(images, service):
     facts = probe(image)
     assert facts["uid"] == 10001 and facts["gid"] == 10001
     assert facts["service"] == service
-    # Its own package and the shared library: services never import each other.
-    assert set(facts["packages"]) == {"turnpike", service}
-    assert "devstack" not in facts["packages"]
+    # One package: the shared library, its own service's code, and of the other services
+    # (devstack included) their wire stubs only: services never import each other.
+    assert facts["packages"] == ["turnpike"]
+    services_with_code = set(facts["folders_with_code"]) & {*SERVICES, "devstack"}
+    assert services_with_code == {service}
     # Exactly the pinned packages of its requirement subset: nothing more, nothing less.
     installed = {canonicalize_name(n): v for n, v in facts["dists"].items()}
     assert installed == pins(REQUIREMENTS / "common.txt") | pins(REQUIREMENTS / f"{service}.txt")

@@ -67,6 +67,7 @@ def test_one_http_request_is_one_trace_across_the_containers(container_stack, ot
 
     # Billing happens after the response, in a trace of its own LINKED to the response.
     response = response_span(members, body["id"])
+    assert response is not None, body["id"]
     assert chain_to_root(members, response, root)[-1] == root
 
     def delivered(spans):

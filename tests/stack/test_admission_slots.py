@@ -14,6 +14,7 @@ import base64
 import json
 import threading
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -34,7 +35,7 @@ def user(content) -> dict:
 
 SEALED = base64.b64encode(b"\x01" * 64).decode()
 # Each kind of create that is refused after admission (the slot is taken first).
-REFUSED = {
+REFUSED: dict[str, dict[str, Any]] = {
     "compaction-not-sealed-here": {
         "input": [{"type": "compaction", "encrypted_content": SEALED}, user("hi")]
     },

@@ -7,7 +7,7 @@ import json
 
 import httpx
 import pytest
-from support.openresponses import validate_error_body, validate_ws_event
+from support.raw_calls import expect_error, post, send, until_terminal, ws
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
@@ -15,25 +15,6 @@ pytestmark = pytest.mark.stack
 
 ALICE = "sk-test-alice"
 BOB = "sk-test-bob"
-
-
-def post(stack, body, key=None, raw=None, path="/responses"):
-    headers = {"Content-Type": "application/json"}
-    if key is not False:
-        headers["Authorization"] = f"Bearer {key or stack.api_key}"
-    content = raw if raw is not None else json.dumps(body)
-    return httpx.post(f"{stack.base_url}{path}", content=content, headers=headers, timeout=30)
-
-
-def expect_error(reply, status, code=None, param=None):
-    assert reply.status_code == status, reply.text
-    body = reply.json()
-    validate_error_body(body)
-    if code is not None:
-        assert body["error"]["code"] == code, body
-    if param is not None:
-        assert body["error"]["param"] == param, body
-    return body["error"]
 
 
 # HTTP --------------------------------------------------------------------------
@@ -146,35 +127,6 @@ def test_tenants_cannot_see_each_others_responses(stack):
 
 
 # WebSocket ---------------------------------------------------------------------
-
-
-def ws(stack, key=None, **kw):
-    return ws_connect(
-        stack.ws_url,
-        additional_headers={"Authorization": f"Bearer {key or stack.api_key}"},
-        max_size=None,
-        open_timeout=10,
-        **kw,
-    )
-
-
-def until_terminal(sock, timeout=30):
-    events = []
-    while True:
-        event = json.loads(sock.recv(timeout=timeout))
-        validate_ws_event(event)
-        events.append(event)
-        if event["type"] in (
-            "response.completed",
-            "response.failed",
-            "response.incomplete",
-            "error",
-        ):
-            return events
-
-
-def send(sock, **body):
-    sock.send(json.dumps({"type": "response.create", **body}))
 
 
 def test_websocket_frames_are_not_compressed_unless_configured(stack):

@@ -12,6 +12,7 @@ import pytest
 from openai import OpenAI
 from support.background import start_long_response, stream_then_drop
 from support.openresponses import validate_response_object, validate_stream_event
+from support.sdk import message, response_usage, text_of
 
 pytestmark = pytest.mark.stack
 
@@ -88,7 +89,7 @@ def test_background_needs_store(stack):
         client(stack).responses.create(
             model="turnpike-sim", input="x", background=True, store=False
         )
-    assert err.value.body["param"] == "background"
+    assert err.value.param == "background"
 
 
 def test_cancelling_stops_generation_and_bills_what_was_generated(stack):
@@ -101,7 +102,7 @@ def test_cancelling_stops_generation_and_bills_what_was_generated(stack):
     validate_response_object(raw)
     cancelled = c.responses.retrieve(created.id)
     assert cancelled.status == raw["status"] == "cancelled"
-    assert 0 < cancelled.usage.output_tokens < 2000
+    assert 0 < response_usage(cancelled).output_tokens < 2000
     # The worker stopped generating (nothing else streams on this stack now).
     deadline = time.monotonic() + 5
     while running_on_workers(stack) and time.monotonic() < deadline:
@@ -111,8 +112,10 @@ def test_cancelling_stops_generation_and_bills_what_was_generated(stack):
     assert c.responses.retrieve(created.id).status == "cancelled"
     after = billed_after(stack, "alice", before, 1)
     assert after["responses"] - before["responses"] == 1
-    assert after["output_tokens"] - before["output_tokens"] == cancelled.usage.output_tokens
-    assert after["input_tokens"] - before["input_tokens"] == cancelled.usage.input_tokens
+    assert (
+        after["output_tokens"] - before["output_tokens"] == response_usage(cancelled).output_tokens
+    )
+    assert after["input_tokens"] - before["input_tokens"] == response_usage(cancelled).input_tokens
     assert polled.status == "in_progress"
     # Cancelling again answers with the cancelled response.
     assert c.responses.cancel(created.id).status == "cancelled"
@@ -126,12 +129,12 @@ def test_only_a_background_response_in_flight_can_be_cancelled(stack):
     assert finished.status == "completed"
     with pytest.raises(openai.BadRequestError) as err:
         c.responses.cancel(finished.id)
-    assert err.value.body["param"] == "response_id"
+    assert err.value.param == "response_id"
     assert "Cannot cancel a completed response" in err.value.message
     synchronous = c.responses.create(model="turnpike-sim-4000", input="hi")
     with pytest.raises(openai.BadRequestError) as err:
         c.responses.cancel(synchronous.id)
-    assert err.value.body["param"] == "response_id"
+    assert err.value.param == "response_id"
     with pytest.raises(openai.NotFoundError):
         c.responses.cancel("resp_does_not_exist")
 
@@ -162,7 +165,7 @@ def test_a_streamed_background_response_resumes_after_a_disconnect(stack):
     assert sequence == list(range(len(sequence)))
     assert rest[-1].type == "response.completed"
     text = "".join(e.delta for e in first + rest if e.type == "response.output_text.delta")
-    assert text == rest[-1].response.output[0].content[0].text
+    assert text == text_of(rest[-1].response.output[0])
     # Replaying from the start gives the same events, each valid; past the end is refused.
     again = replay(stack, response_id)
     assert [e["sequence_number"] for e in again] == sequence
@@ -171,7 +174,7 @@ def test_a_streamed_background_response_resumes_after_a_disconnect(stack):
     with pytest.raises(openai.BadRequestError) as err:
         for _ in c.responses.retrieve(response_id, stream=True, starting_after=sequence[-1] + 5):
             pass
-    assert err.value.body["param"] == "starting_after"
+    assert err.value.param == "starting_after"
 
 
 def test_a_cancelled_stream_ends_with_the_cancelled_response(stack):
@@ -184,4 +187,4 @@ def test_a_cancelled_stream_ends_with_the_cancelled_response(stack):
     assert sequence == list(range(len(sequence)))
     assert rest[-1].type == "response.incomplete"
     assert rest[-1].response.status == "cancelled"
-    assert rest[-1].response.output[0].status == "incomplete"
+    assert message(rest[-1].response.output[0]).status == "incomplete"

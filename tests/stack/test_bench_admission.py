@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.paths import REPO_ROOT
@@ -47,7 +48,12 @@ def test_tenants_file_holds_hashes_not_keys() -> None:
 def _shot(outcome: str = "completed", **kw):
     from bench.admission.common import Shot, status_of
 
-    values = {"at_s": 0.0, "latency_ms": 10.0, "status": status_of(outcome), "outcome": outcome}
+    values: dict[str, Any] = {
+        "at_s": 0.0,
+        "latency_ms": 10.0,
+        "status": status_of(outcome),
+        "outcome": outcome,
+    }
     return Shot(**(values | kw))
 
 

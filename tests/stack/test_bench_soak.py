@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ def _bench_importable(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_rss_of_a_live_process_and_of_a_gone_one() -> None:
     from bench.soak.memory import rss_bytes
 
-    assert rss_bytes(os.getpid()) > 1024 * 1024
+    rss = rss_bytes(os.getpid())
+    assert rss is not None and rss > 1024 * 1024
     assert rss_bytes(2**22 + 12345) is None
 
 
@@ -35,7 +37,7 @@ def test_processes_of_one_service_are_summed() -> None:
     assert set(both) == {"gateway", "router"}
 
 
-def _rows(values: list[float], service: str = "gateway", every: float = 5.0) -> list[dict]:
+def _rows(values: Sequence[float], service: str = "gateway", every: float = 5.0) -> list[dict]:
     return [{"t": i * every, "rss_mib": {service: v}} for i, v in enumerate(values)]
 
 

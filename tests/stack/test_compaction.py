@@ -5,6 +5,8 @@ another tenant's compaction item is refused with the parameter named."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import openai
 import pytest
@@ -14,6 +16,7 @@ from support.openresponses import (
     validate_response_object,
     validate_sse_body,
 )
+from support.sdk import as_input, response_usage, sent_back, user, ws_turn
 
 pytestmark = pytest.mark.stack
 
@@ -23,10 +26,6 @@ INSTRUCTIONS = "Answer briefly."
 
 def client_of(stack, tenant: str) -> OpenAI:
     return OpenAI(base_url=stack.base_url, api_key=stack.api_keys[tenant], max_retries=0)
-
-
-def user(text: str) -> dict:
-    return {"type": "message", "role": "user", "content": text}
 
 
 def chain(client: OpenAI, turns: int) -> str:
@@ -45,7 +44,7 @@ def chain(client: OpenAI, turns: int) -> str:
     return previous
 
 
-def compacted_input(client: OpenAI, last: str) -> tuple[list[dict], int]:
+def compacted_input(client: OpenAI, last: str) -> tuple[list[dict[str, Any]], int]:
     raw = client.responses.with_raw_response.compact(
         model=MODEL, instructions=INSTRUCTIONS, previous_response_id=last
     )
@@ -53,8 +52,7 @@ def compacted_input(client: OpenAI, last: str) -> tuple[list[dict], int]:
     compacted = raw.parse()
     assert compacted.object == "response.compaction"
     assert compacted.created_at > 0
-    items = [item.model_dump(exclude_none=True, warnings=False) for item in compacted.output]
-    return items, compacted.usage.input_tokens
+    return sent_back(compacted.output), compacted.usage.input_tokens
 
 
 def expect_400(param: str, call, **kwargs) -> None:
@@ -81,7 +79,7 @@ def test_compacted_history_renders_as_the_whole_history(stack):
 
     # Through the tokenizer: the compacted list counts as the whole history does.
     counted = client.responses.input_tokens.count(
-        model=MODEL, instructions=INSTRUCTIONS, input=[*items, user("x")]
+        model=MODEL, instructions=INSTRUCTIONS, input=as_input([*items, user("x")])
     )
     assert counted.input_tokens == whole.input_tokens
 
@@ -90,24 +88,24 @@ def test_compacted_history_renders_as_the_whole_history(stack):
         model=MODEL, instructions=INSTRUCTIONS, previous_response_id=last, input=[follow_up]
     )
     compacted = client.responses.create(
-        model=MODEL, instructions=INSTRUCTIONS, input=[*items, follow_up]
+        model=MODEL, instructions=INSTRUCTIONS, input=as_input([*items, follow_up])
     )
     assert compacted.status == "completed"
     assert compacted.usage is not None and chained.usage is not None
     assert compacted.usage.input_tokens == chained.usage.input_tokens
     # Sent again, the compacted list renders the same (the render cache keys by content).
     again = client.responses.create(
-        model=MODEL, instructions=INSTRUCTIONS, input=[*items, follow_up]
+        model=MODEL, instructions=INSTRUCTIONS, input=as_input([*items, follow_up])
     )
     assert again.usage is not None and again.usage.input_tokens == chained.usage.input_tokens
 
     # A compacted list can be compacted again: it stays one compaction item.
     recompacted = client.responses.compact(
-        model=MODEL, instructions=INSTRUCTIONS, input=[*items, follow_up]
+        model=MODEL, instructions=INSTRUCTIONS, input=as_input([*items, follow_up])
     )
     assert [item.type for item in recompacted.output] == ["compaction"]
     recount = client.responses.input_tokens.count(
-        model=MODEL, instructions=INSTRUCTIONS, input=[*items, follow_up]
+        model=MODEL, instructions=INSTRUCTIONS, input=as_input([*items, follow_up])
     )
     assert recompacted.usage.input_tokens == recount.input_tokens
 
@@ -118,7 +116,7 @@ def test_a_short_history_is_one_compaction_item_too(stack):
     assert [item.type for item in compacted.output] == ["compaction"]
     follow_up = user("Go on.")
     counted = client.responses.input_tokens.count(
-        model=MODEL, input=[compacted.output[0].model_dump(exclude_none=True), follow_up]
+        model=MODEL, input=as_input([compacted.output[0].model_dump(exclude_none=True), follow_up])
     )
     whole = client.responses.input_tokens.count(model=MODEL, input=[user("Hello"), follow_up])
     assert counted.input_tokens == whole.input_tokens
@@ -142,7 +140,7 @@ def test_changed_or_foreign_compaction_items_are_refused(stack):
         changed = [{**items[0], "encrypted_content": bad}, *items[1:]]
         expect_400("input[0].encrypted_content", bob.responses.create, **create, input=changed)
     # Bob himself still gets his answer.
-    response = bob.responses.create(**create, input=items)
+    response = bob.responses.create(model=MODEL, instructions=INSTRUCTIONS, input=as_input(items))
     assert response.status == "completed"
 
 
@@ -150,10 +148,10 @@ def test_context_management_compacts_past_the_threshold(stack):
     client = client_of(stack, "alice")
     last = chain(client, 3)
     follow_up = user("And the next one?")
-    settings = {"model": MODEL, "instructions": INSTRUCTIONS}
     # Under the threshold: nothing happens.
     under = client.responses.create(
-        **settings,
+        model=MODEL,
+        instructions=INSTRUCTIONS,
         previous_response_id=last,
         input=[follow_up],
         context_management=[{"type": "compaction", "compact_threshold": 100_000}],
@@ -161,7 +159,8 @@ def test_context_management_compacts_past_the_threshold(stack):
     assert [item.type for item in under.output] == ["message"]
 
     raw = client.responses.with_raw_response.create(
-        **settings,
+        model=MODEL,
+        instructions=INSTRUCTIONS,
         previous_response_id=last,
         input=[follow_up],
         context_management=[{"type": "compaction", "compact_threshold": 50}],
@@ -170,22 +169,26 @@ def test_context_management_compacts_past_the_threshold(stack):
     over = raw.parse()
     assert over.status == "completed"
     assert [item.type for item in over.output] == ["compaction", "message"]
-    assert over.usage is not None and over.usage.input_tokens == under.usage.input_tokens
+    assert response_usage(over).input_tokens == response_usage(under).input_tokens
 
     # Stateless, the client sends the compaction item and what follows it instead of
     # the history (or everything: what the compaction item replaced is dropped).
-    output = [item.model_dump(exclude_none=True, warnings=False) for item in over.output]
+    output = sent_back(over.output)
     next_turn = user("Thanks.")
-    chained = client.responses.create(**settings, previous_response_id=over.id, input=[next_turn])
-    stateless = client.responses.create(**settings, input=[*output, next_turn])
-    assert chained.usage is not None and stateless.usage is not None
-    assert stateless.usage.input_tokens == chained.usage.input_tokens
-    everything = client.responses.input_items.list(over.id, order="asc", limit=100).data
-    sent_back = [item.model_dump(exclude_none=True, warnings=False) for item in everything]
-    full = client.responses.input_tokens.count(
-        model=MODEL, instructions=INSTRUCTIONS, input=[*sent_back, *output, next_turn]
+    chained = client.responses.create(
+        model=MODEL, instructions=INSTRUCTIONS, previous_response_id=over.id, input=[next_turn]
     )
-    assert full.input_tokens == chained.usage.input_tokens
+    stateless = client.responses.create(
+        model=MODEL, instructions=INSTRUCTIONS, input=as_input([*output, next_turn])
+    )
+    assert response_usage(stateless).input_tokens == response_usage(chained).input_tokens
+    everything = client.responses.input_items.list(over.id, order="asc", limit=100).data
+    full = client.responses.input_tokens.count(
+        model=MODEL,
+        instructions=INSTRUCTIONS,
+        input=as_input([*sent_back(everything), *output, next_turn]),
+    )
+    assert full.input_tokens == response_usage(chained).input_tokens
 
 
 def test_context_management_is_checked(stack):
@@ -196,7 +199,7 @@ def test_context_management_is_checked(stack):
             input="hi",
             context_management=[{"type": "compaction", "compact_threshold": 0}],
         )
-    assert err.value.body["param"] == "context_management[0].compact_threshold"
+    assert err.value.param == "context_management[0].compact_threshold"
 
 
 def test_context_management_streams_the_compaction_item_first(stack):
@@ -223,14 +226,6 @@ def test_context_management_streams_the_compaction_item_first(stack):
     assert [item["type"] for item in final["response"]["output"]] == ["compaction", "message"]
 
 
-def _ws_turn(conn, **create) -> object:
-    conn.response.create(**create)
-    for event in conn:
-        if event.type in ("response.completed", "response.failed", "error"):
-            return event
-    raise AssertionError("the socket closed")
-
-
 def test_compaction_items_over_websocket(stack):
     alice, bob = client_of(stack, "alice"), client_of(stack, "bob")
     last = chain(alice, 4)
@@ -241,9 +236,11 @@ def test_compaction_items_over_websocket(stack):
         model=MODEL, instructions=INSTRUCTIONS, previous_response_id=last, input=[follow_up]
     )
     with alice.responses.connect() as conn:
-        done = _ws_turn(conn, model=MODEL, instructions=INSTRUCTIONS, input=[*items, follow_up])
-        refused = _ws_turn(conn, model=MODEL, input=[*bobs, follow_up])
+        done = ws_turn(
+            conn, model=MODEL, instructions=INSTRUCTIONS, input=as_input([*items, follow_up])
+        )
+        refused = ws_turn(conn, model=MODEL, input=[*bobs, follow_up])
     assert done.type == "response.completed"
-    assert done.response.usage.input_tokens == chained.usage.input_tokens
+    assert response_usage(done.response).input_tokens == response_usage(chained).input_tokens
     assert refused.type == "error"
     assert refused.error.param == "input[0].encrypted_content"

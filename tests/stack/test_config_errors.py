@@ -6,10 +6,9 @@ before it serves anything and without a traceback."""
 from __future__ import annotations
 
 import logging
-import subprocess
 
 import pytest
-from support.procs import start_service
+from support.config_errors import assert_configuration_error, run_with
 
 from turnpike.catalogue import SERVICES
 from turnpike.config import (
@@ -91,26 +90,6 @@ def test_a_timeout_must_be_above_zero(monkeypatch, name):
 
 
 # -- every service, as a process ------------------------------------------------------------
-
-
-def run_with(module: str, env: dict[str, str], timeout: float = 60.0) -> tuple[int, str]:
-    proc = start_service(module, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, err
-
-
-def assert_configuration_error(service: str, code: int, err: str, *named: str) -> None:
-    assert code == 2, err
-    assert "Traceback" not in err, err
-    [line] = [ln for ln in err.splitlines() if "configuration error" in ln]
-    assert line.startswith(f"{service}: configuration error: "), err
-    for text in named:
-        assert text in line, line
 
 
 @pytest.mark.parametrize("service", [s.name for s in SERVICES])

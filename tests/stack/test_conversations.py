@@ -15,6 +15,7 @@ from support.openresponses import (
     validate_response_object,
     validate_ws_event,
 )
+from support.sdk import message, response_usage, text_of, user
 from support.tools import READ_FILE_TOOL
 
 pytestmark = pytest.mark.stack
@@ -24,10 +25,6 @@ MODEL = "turnpike-sim-4000"
 
 def client_of(stack, tenant: str = "dev") -> OpenAI:
     return OpenAI(base_url=stack.base_url, api_key=stack.api_keys[tenant], max_retries=0)
-
-
-def user(text: str) -> dict:
-    return {"type": "message", "role": "user", "content": text}
 
 
 def expect_error(status: int, param: str | None, call, *args, **kwargs) -> dict:
@@ -92,29 +89,33 @@ def test_items_add_list_page_retrieve_delete(stack):
 
     texts = ["first", "second", "more 0", "more 1", "more 2"]
     everything = list(client.conversations.items.list(conversation.id, order="asc"))
-    assert [item.content[0].text for item in everything] == texts
+    assert [text_of(item) for item in everything] == texts
     assert len({item.id for item in everything}) == 5
     for item in everything:
         validate_input_item(item.model_dump(mode="json", exclude_unset=True))
 
     # Pages of two, newest first by default; the SDK follows the cursor.
     page = client.conversations.items.list(conversation.id, limit=2)
-    assert [item.content[0].text for item in page.data] == ["more 2", "more 1"]
+    assert [text_of(item) for item in page.data] == ["more 2", "more 1"]
     assert page.has_more is True
-    validate_input_items_page(page.model_dump(mode="json", exclude_unset=True))
-    assert page.first_id == page.data[0].id and page.last_id == page.data[-1].id
+    body = page.model_dump(mode="json", exclude_unset=True)
+    validate_input_items_page(body)
+    # first_id is not among the SDK page's fields: only in its JSON.
+    assert body["first_id"] == page.data[0].id
+    assert page.last_id is not None and page.last_id == page.data[-1].id
     nxt = client.conversations.items.list(conversation.id, limit=2, after=page.last_id)
-    assert [item.content[0].text for item in nxt.data] == ["more 0", "second"]
+    assert [text_of(item) for item in nxt.data] == ["more 0", "second"]
+    assert nxt.last_id is not None
     last = client.conversations.items.list(conversation.id, limit=2, after=nxt.last_id)
-    assert [item.content[0].text for item in last.data] == ["first"]
+    assert [text_of(item) for item in last.data] == ["first"]
     assert last.has_more is False
     assert [i.id for i in client.conversations.items.list(conversation.id, limit=2)] == [
         i.id for i in reversed(everything)
     ]
 
-    second = everything[1]
+    second = message(everything[1])
     got = client.conversations.items.retrieve(second.id, conversation_id=conversation.id)
-    assert got.id == second.id and got.content[0].text == "second"
+    assert got.id == second.id and text_of(got) == "second"
     after_delete = client.conversations.items.delete(second.id, conversation_id=conversation.id)
     assert after_delete.id == conversation.id and after_delete.object == "conversation"
     expect_error(
@@ -161,11 +162,11 @@ def test_responses_in_a_conversation_append_each_turn(stack):
         second.output[0].id,
     ]
     assert [item.type for item in items] == ["message"] * 4
-    assert [item.role for item in items] == ["user", "assistant", "user", "assistant"]
+    assert [message(item).role for item in items] == ["user", "assistant", "user", "assistant"]
     assert [items[1].id, items[3].id] == expected
-    assert items[0].content[0].text == "Tell me about turnpikes."
-    assert items[2].content[0].text == "And about their history?"
-    assert items[1].content[0].text == first.output_text
+    assert text_of(items[0]) == "Tell me about turnpikes."
+    assert text_of(items[2]) == "And about their history?"
+    assert text_of(items[1]) == first.output_text
 
     # The second turn was generated from the first: its prompt is the one the same two
     # turns chained by previous_response_id have.
@@ -173,17 +174,18 @@ def test_responses_in_a_conversation_append_each_turn(stack):
     chain_second = client.responses.create(
         model=MODEL, previous_response_id=chain_first.id, input="And about their history?"
     )
-    assert second.usage.input_tokens == chain_second.usage.input_tokens
-    assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
+    said, answered = response_usage(first).input_tokens, response_usage(first).output_tokens
+    assert response_usage(second).input_tokens == response_usage(chain_second).input_tokens
+    assert response_usage(second).input_tokens > said + answered
     # Counting counts the conversation too: the items of both turns, then the new input.
     counted = client.responses.input_tokens.count(
         model=MODEL, conversation=conversation.id, input="And about their history?"
     )
-    assert counted.input_tokens > second.usage.input_tokens
+    assert counted.input_tokens > response_usage(second).input_tokens
 
     # The stored response lists only its own input.
     own = list(client.responses.input_items.list(second.id))
-    assert [item.content[0].text for item in own] == ["And about their history?"]
+    assert [text_of(item) for item in own] == ["And about their history?"]
 
 
 def test_conversation_errors(stack):
@@ -258,23 +260,24 @@ def test_websocket_create_in_a_conversation(stack):
             for event in conn:
                 validate_ws_event(event.model_dump(mode="json", exclude_unset=True))
                 if event.type in ("response.completed", "response.failed", "error"):
-                    done.append(event)
+                    assert event.type == "response.completed", event
+                    done.append(event.response)
                     break
         conn.response.create(model=MODEL, conversation="conv_missing", input="x")
         for event in conn:
             if event.type in ("response.completed", "response.failed", "error"):
                 missing = event
                 break
-    assert [event.type for event in done] == ["response.completed"] * 2
-    assert all(event.response.conversation.id == conversation.id for event in done)
+    assert len(done) == 2
+    assert all(r.conversation and r.conversation.id == conversation.id for r in done)
     assert missing.type == "error"
     assert missing.error.param == "conversation"
     items = list(client.conversations.items.list(conversation.id, order="asc"))
-    assert [item.role for item in items] == ["user", "assistant", "user", "assistant"]
-    assert items[2].content[0].text == "And a second turn."
-    assert items[3].id == done[1].response.output[0].id
+    assert [message(item).role for item in items] == ["user", "assistant", "user", "assistant"]
+    assert text_of(items[2]) == "And a second turn."
+    assert items[3].id == done[1].output[0].id
     # The second turn's prompt held the first turn.
-    first, second = (event.response.usage.input_tokens for event in done)
+    first, second = (response_usage(response).input_tokens for response in done)
     assert second > first
 
 

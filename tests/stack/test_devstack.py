@@ -255,7 +255,7 @@ def test_start_waits_for_health_then_gateway_and_stop_leaves_nothing(tmp_path: P
         assert state["env"]["OTEL_SERVICE_NAME"] == "standin_http"  # the module run
         assert state["env"]["OTEL_RESOURCE_ATTRIBUTES"] == "service.instance.id=gateway"
         assert stack.exited() == []
-        assert 0 < stack.ready_after_s < 15
+        assert stack.ready_after_s is not None and 0 < stack.ready_after_s < 15
         grandchild = child_pid(stack.log_path("worker-2"))
         pids = stack.pids
     finally:
@@ -363,6 +363,7 @@ class Cli:
         self.seen: list[str] = []
 
     def _pump(self) -> None:
+        assert self.proc.stdout is not None  # a pipe, asked for above
         for line in self.proc.stdout:
             self.lines.put(line)
 
@@ -422,6 +423,7 @@ def test_cli_reports_a_dead_service_and_exits_1(tmp_path: Path) -> None:
         )
         os.kill(worker, signal.SIGKILL)
         assert cli.proc.wait(timeout=15) == 1
+        assert cli.proc.stderr is not None
         err = cli.proc.stderr.read()
         assert "worker-1 (python -m standin_grpc) exited with code -9 while running" in err
     finally:

@@ -29,6 +29,7 @@ from support.procs import free_port, start_service
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
+from websockets.sync.connection import Connection
 
 pytestmark = pytest.mark.stack
 
@@ -97,13 +98,13 @@ def connect(gateway: FuzzGateway, tenant: str = "alice") -> ClientConnection:
     )
 
 
-def recv(sock: ClientConnection) -> dict[str, Any]:
+def recv(sock: Connection) -> dict[str, Any]:
     event = json.loads(sock.recv(timeout=30))
     validate_ws_event(event)
     return event
 
 
-def until_terminal(sock: ClientConnection) -> list[dict[str, Any]]:
+def until_terminal(sock: Connection) -> list[dict[str, Any]]:
     events = [recv(sock)]
     while events[-1]["type"] not in TERMINAL:
         events.append(recv(sock))
@@ -117,7 +118,7 @@ def create(gateway: FuzzGateway, tenant: str = "alice", **fields: Any) -> dict[s
         return until_terminal(sock)[-1]
 
 
-def assert_usable(sock: ClientConnection) -> None:
+def assert_usable(sock: Connection) -> None:
     sock.send(json.dumps({**VALID, "input": "still there?"}))
     assert until_terminal(sock)[-1]["type"] in RAN
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+from typing import Any
 
 import httpx
 import pytest
@@ -116,7 +117,7 @@ def test_every_pipeline_renders_the_same_prompt_for_the_same_conversation(stack)
     counts = {}
     for pipeline in ("legacy", "sprint", "connection"):
         previous, prompt_sizes = None, []
-        next_input = "Fix the failing test in parser.py"
+        next_input: str | list[dict[str, Any]] = "Fix the failing test in parser.py"
         for _ in range(3):
             body = {"input": next_input, "tools": [tool], "instructions": "You are a coding agent."}
             if previous:

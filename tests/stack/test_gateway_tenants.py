@@ -21,9 +21,9 @@ from types import SimpleNamespace
 import httpx
 import jsonschema
 import pytest
+from support.config_errors import assert_configuration_error, run_with
 from support.gateway_process import start_gateway, stop
 from support.procs import REPO_ROOT
-from test_config_errors import assert_configuration_error, run_with
 
 from turnpike.config import ConfigError, GatewaySettings
 from turnpike.gateway.protocol.errors import ApiError
@@ -288,8 +288,8 @@ def test_the_model_allow_list():
 # -- budget periods ------------------------------------------------------------------------
 
 
-def at(*parts: int) -> float:
-    return datetime(*parts, tzinfo=UTC).timestamp()
+def at(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> float:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp()
 
 
 @pytest.mark.parametrize(

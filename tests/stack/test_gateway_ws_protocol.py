@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from typing import Any
 
 from turnpike.gateway.api.websocket_protocol import (
     CloseConnection,
@@ -26,7 +27,7 @@ class Session(WsSession):
 
 
 def session(**kw):
-    defaults = dict(
+    defaults: dict[str, Any] = dict(
         default_model="m",
         max_frame_bytes=10_000,
         max_active=2,

@@ -479,6 +479,7 @@ def test_an_sse_client_that_leaves_mid_stream_stops_generation_and_is_billed_for
                 deltas += event["type"] == "response.output_text.delta"
                 if deltas == 3:
                     break
+    assert response_id is not None, "no response.created event"
     stored = settled(stack, key, response_id)
     assert stored["status"] == "cancelled"
     generated = stored["usage"]["output_tokens"]

@@ -44,9 +44,11 @@ from turnpike.image_resolution import (
     Resolution,
     resolve_image,
 )
+from turnpike.imageres.proxy import WorkerChannels
 from turnpike.imageres.server import ImageResolverServicer
 from turnpike.imageres.v1 import imageres_pb2, imageres_pb2_grpc
 from turnpike.inference.v1 import inference_pb2
+from turnpike.inference.v1.inference_pb2_grpc import InferenceStub
 
 BIG = 8192  # the per-image pixel limit's side (TURNPIKE_IMAGERES_MAX_IMAGE_PIXELS)
 MIB = 1024 * 1024
@@ -353,8 +355,8 @@ class Context:
         return 30.0
 
 
-class NoWorkers:
-    def stub(self, address: str):
+class NoWorkers(WorkerChannels):
+    def stub(self, address: str) -> InferenceStub:
         raise AssertionError("the worker was called")
 
 

@@ -10,43 +10,14 @@ import time
 import httpx
 import pytest
 from openai import OpenAI
-from prometheus_client.parser import text_string_to_metric_families
+from support.metrics_page import scrape
+from support.sdk import turnpike_fields
 
 from turnpike.catalogue import SERVICES, WORKER
 
 pytestmark = pytest.mark.stack
 
 MODEL = "turnpike-sim-4000"
-
-
-class Scrape:
-    """One /metrics page, parsed: samples by (name, labels)."""
-
-    def __init__(self, text: str) -> None:
-        self.types: dict[str, str] = {}
-        self.samples: list[tuple[str, dict[str, str], float]] = []
-        for family in text_string_to_metric_families(text):
-            self.types[family.name] = family.type
-            for sample in family.samples:
-                self.samples.append((sample.name, sample.labels, sample.value))
-
-    def value(self, name: str, **labels: str) -> float:
-        """The sum of ``name``'s samples whose labels include ``labels``."""
-        return sum(
-            value
-            for sample, have, value in self.samples
-            if sample == name and all(have.get(k) == v for k, v in labels.items())
-        )
-
-    def labels_of(self, name: str, label: str) -> set[str]:
-        return {have[label] for sample, have, _ in self.samples if sample == name and label in have}
-
-
-def scrape(address: str) -> Scrape:
-    reply = httpx.get(f"http://{address}/metrics", timeout=10)
-    assert reply.status_code == 200
-    assert reply.headers["content-type"].startswith("text/plain")
-    return Scrape(reply.text)
 
 
 def test_every_process_serves_its_metrics(stack):
@@ -165,7 +136,7 @@ def test_streamed_turns_report_the_overhead_in_their_terminal_event(stack):
     events = list(raw.parse())
     completed = events[-1]
     assert completed.type == "response.completed"
-    assert completed.response.model_extra["turnpike"]["overhead_ms"] > 0
+    assert turnpike_fields(completed.response)["overhead_ms"] > 0
 
 
 def test_websocket_turns_count_connections_cache_hits_and_overhead(stack):
@@ -186,7 +157,7 @@ def test_websocket_turns_count_connections_cache_hits_and_overhead(stack):
         during = scrape(stack.metrics["gateway"])
         assert during.value("turnpike_gateway_websocket_connections") >= 1
     for response in terminal:
-        assert response.model_extra["turnpike"]["overhead_ms"] > 0
+        assert turnpike_fields(response)["overhead_ms"] > 0
     deadline = time.monotonic() + 10
     while True:
         after = scrape(stack.metrics["gateway"])

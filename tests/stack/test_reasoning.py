@@ -5,11 +5,13 @@ events validate, and a summary is streamed when asked for."""
 from __future__ import annotations
 
 import json
+from typing import TypedDict
 
 import httpx
 import openai
 import pytest
 from openai import OpenAI
+from openai.types.responses import ResponseIncludable
 from support.agents_loop import run_weather_agent
 from support.openresponses import (
     parse_sse,
@@ -17,7 +19,7 @@ from support.openresponses import (
     validate_response_object,
     validate_stream_event,
 )
-from test_compaction import _ws_turn
+from support.sdk import as_input, response_usage, sent_back, user, ws_turn
 
 pytestmark = pytest.mark.stack
 
@@ -63,17 +65,18 @@ def test_effort_gives_a_reasoning_item_and_reasoning_tokens(stack):
     response = raw.parse()
     assert [item.type for item in response.output] == ["reasoning", "message"]
     reasoning = response.output[0]
+    assert reasoning.type == "reasoning"
     for item in raw.http_response.json()["output"]:
         validate_output_item(item)
     assert reasoning.content and reasoning.content[0].type == "reasoning_text"
     assert reasoning.content[0].text and reasoning.summary == []
-    details = response.usage.output_tokens_details
+    details = response_usage(response).output_tokens_details
     assert details.reasoning_tokens > 0
-    assert response.usage.output_tokens > details.reasoning_tokens
-    assert response.reasoning.effort == "medium"
+    assert response_usage(response).output_tokens > details.reasoning_tokens
+    assert response.reasoning is not None and response.reasoning.effort == "medium"
     plain = client.responses.create(model=MODEL, input="Why is the sky blue?")
     assert [item.type for item in plain.output] == ["message"]
-    assert plain.usage.output_tokens_details.reasoning_tokens == 0
+    assert response_usage(plain).output_tokens_details.reasoning_tokens == 0
     assert plain.output_text == response.output_text
 
 
@@ -116,20 +119,19 @@ def test_the_sdk_stream_has_typed_reasoning_events(stack):
 
 def test_an_unknown_effort_is_refused(stack):
     with pytest.raises(openai.BadRequestError) as err:
-        client_of(stack).responses.create(model=MODEL, input="hi", reasoning={"effort": "extreme"})
-    assert err.value.body["param"] == "reasoning.effort"
+        # As extra_body: the SDK's types allow only the efforts there are.
+        client_of(stack).responses.create(
+            model=MODEL, input="hi", extra_body={"reasoning": {"effort": "extreme"}}
+        )
+    assert err.value.param == "reasoning.effort"
 
 
-def user(text: str) -> dict:
-    return {"type": "message", "role": "user", "content": text}
+class Stateless(TypedDict):
+    store: bool
+    include: list[ResponseIncludable]
 
 
-def as_input(response) -> list[dict]:
-    """The response's output items as a stateless client sends them back."""
-    return [item.model_dump(exclude_none=True, warnings=False) for item in response.output]
-
-
-STATELESS = {"store": False, "include": ["reasoning.encrypted_content"]}
+STATELESS: Stateless = {"store": False, "include": ["reasoning.encrypted_content"]}
 
 
 def test_stateless_chaining_with_encrypted_reasoning(stack):
@@ -140,16 +142,16 @@ def test_stateless_chaining_with_encrypted_reasoning(stack):
     )
     reasoning = first.output[0]
     assert reasoning.type == "reasoning" and reasoning.encrypted_content
-    assert reasoning.content[0].text not in reasoning.encrypted_content
+    assert reasoning.content and reasoning.content[0].text not in reasoning.encrypted_content
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(first.id)
-    history = [*first_input, *as_input(first), user("And which is the largest?")]
+    history = as_input([*first_input, *sent_back(first.output), user("And which is the largest?")])
     second = client.responses.create(
         model=MODEL, input=history, reasoning={"effort": "low"}, **STATELESS
     )
     assert second.status == "completed"
     assert [item.type for item in second.output] == ["reasoning", "message"]
-    assert second.usage.input_tokens > first.usage.input_tokens
+    assert response_usage(second).input_tokens > response_usage(first).input_tokens
 
 
 def test_encrypted_reasoning_renders_as_the_chained_turn(stack):
@@ -166,7 +168,7 @@ def test_encrypted_reasoning_renders_as_the_chained_turn(stack):
         model=MODEL, previous_response_id=first.id, input=[follow_up]
     )
     stateless = client.responses.input_tokens.count(
-        model=MODEL, input=[*first_input, *as_input(first), follow_up]
+        model=MODEL, input=as_input([*first_input, *sent_back(first.output), follow_up])
     )
     assert stateless.input_tokens == chained.input_tokens
 
@@ -177,7 +179,7 @@ def test_changed_or_foreign_encrypted_reasoning_is_refused(stack):
     first = alice.responses.create(
         model=MODEL, input=first_input, reasoning={"effort": "low"}, **STATELESS
     )
-    items = as_input(first)
+    items = sent_back(first.output)
     blob = items[0]["encrypted_content"]
     changed = {
         **items[0],
@@ -186,17 +188,20 @@ def test_changed_or_foreign_encrypted_reasoning_is_refused(stack):
     for client, item in ((alice, changed), (client_of(stack, "bob"), items[0])):
         with pytest.raises(openai.BadRequestError) as err:
             client.responses.create(
-                model=MODEL, input=[*first_input, item, user("Again.")], **STATELESS
+                model=MODEL, input=as_input([*first_input, item, user("Again.")]), **STATELESS
             )
         body = err.value.body
-        assert body["param"] == "input[1].encrypted_content", body
-        assert body["code"] == "invalid_encrypted_content", body
+        assert err.value.param == "input[1].encrypted_content", body
+        assert err.value.code == "invalid_encrypted_content", body
 
 
 def test_an_unknown_include_is_refused(stack):
     with pytest.raises(openai.BadRequestError) as err:
-        client_of(stack).responses.create(model=MODEL, input="hi", include=["everything"])
-    assert err.value.body["param"] == "include[0]"
+        # As extra_body: the SDK's types allow only the values there are.
+        client_of(stack).responses.create(
+            model=MODEL, input="hi", extra_body={"include": ["everything"]}
+        )
+    assert err.value.param == "include[0]"
 
 
 @pytest.mark.parametrize("websocket", [False, True])
@@ -242,16 +247,16 @@ def test_encrypted_reasoning_over_websocket(stack):
         model=MODEL, input=first_input, reasoning={"effort": "low"}, **STATELESS
     )
     with alice.responses.connect() as conn:
-        first = _ws_turn(
+        first = ws_turn(
             conn, model=MODEL, input=first_input, reasoning={"effort": "low"}, **STATELESS
         )
         assert first.type == "response.completed"
-        items = as_input(first.response)
+        items = sent_back(first.response.output)
         assert items[0]["encrypted_content"]
         again = [*first_input, *items, user("And a glacier?")]
-        done = _ws_turn(conn, model=MODEL, input=again, **STATELESS)
-        foreign = [*first_input, *as_input(bobs), user("And a glacier?")]
-        refused = _ws_turn(conn, model=MODEL, input=foreign, **STATELESS)
+        done = ws_turn(conn, model=MODEL, input=again, **STATELESS)
+        foreign = [*first_input, *sent_back(bobs.output), user("And a glacier?")]
+        refused = ws_turn(conn, model=MODEL, input=foreign, **STATELESS)
     assert done.type == "response.completed"
     assert refused.type == "error"
     assert refused.error.param == "input[1].encrypted_content"

@@ -7,14 +7,17 @@ the fields this server refuses."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import openai
 import pytest
 from openai import OpenAI
+from openai.types.responses import ResponseInputItemParam
 from support.openresponses import validate_response_object
 from support.pdf import minimal_pdf
+from support.sdk import TERMINAL, response_usage, turnpike_fields
 from support.tools import READ_FILE_TOOL, WEATHER_TOOL
 
 pytestmark = pytest.mark.stack
@@ -22,7 +25,6 @@ pytestmark = pytest.mark.stack
 MODEL = "turnpike-sim"
 QUESTION = "What is the weather in Paris?"
 TOOLS = [WEATHER_TOOL, READ_FILE_TOOL]
-TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +43,7 @@ def over_http(client: OpenAI, **body) -> dict[str, Any]:
     try:
         response = client.responses.create(model=MODEL, **body)
     except openai.APIStatusError as err:
+        assert isinstance(err.body, dict), err.body
         raise Refused(err.status_code, err.body) from None
     return response.model_dump(mode="json", exclude_unset=True)
 
@@ -60,22 +63,27 @@ def over_websocket(client: OpenAI, **body) -> dict[str, Any]:
 TRANSPORTS = {"http": over_http, "websocket": over_websocket}
 
 
-@pytest.fixture(params=list(TRANSPORTS))
-def create(request, client):
-    send = TRANSPORTS[request.param]
+class Create:
+    """Create requests over one transport: ``create(**body)`` is the response (checked
+    against the spec), ``create.refused(**body)`` the error."""
 
-    def run(**body) -> dict[str, Any]:
-        response = send(client, **body)
+    def __init__(self, client: OpenAI, send: Callable[..., dict[str, Any]]) -> None:
+        self.client, self.send = client, send
+
+    def __call__(self, **body: Any) -> dict[str, Any]:
+        response = self.send(self.client, **body)
         validate_response_object(response)
         return response
 
-    def refused(**body) -> dict[str, Any]:
+    def refused(self, **body: Any) -> dict[str, Any]:
         with pytest.raises(Refused) as err:
-            send(client, **body)
+            self.send(self.client, **body)
         return err.value.error
 
-    run.refused = refused
-    return run
+
+@pytest.fixture(params=list(TRANSPORTS))
+def create(request, client) -> Create:
+    return Create(client, TRANSPORTS[request.param])
 
 
 def calls(response: dict) -> list[str]:
@@ -228,7 +236,7 @@ def test_requests_sharing_a_prompt_cache_key_go_to_one_worker(client) -> None:
         response = client.responses.create(
             model=MODEL, input=f"question {i}", prompt_cache_key="shared-prefix"
         )
-        workers.add(response.model_extra["turnpike"]["worker_id"])
+        workers.add(turnpike_fields(response)["worker_id"])
     assert len(workers) == 1
 
 
@@ -306,7 +314,7 @@ def test_a_bad_file_is_a_400_naming_the_part(create, part, param) -> None:
 # ---- truncation -----------------------------------------------------------------------------
 
 
-def long_input() -> list[dict]:
+def long_input() -> list[ResponseInputItemParam]:
     """About 140,000 tokens (over the simulators' 131,072-token window) under 1 MiB:
     two long user messages, then the question."""
     return [
@@ -331,10 +339,10 @@ def test_an_over_long_input_is_refused_unless_truncation_is_auto(stack) -> None:
     ) as client:
         response = client.responses.create(model=MODEL, input=long_input(), truncation="auto")
         assert response.status == "completed" and response.truncation == "auto"
-        dropped = response.model_extra["turnpike"]["truncation"]
+        dropped = turnpike_fields(response)["truncation"]
         assert len(dropped["dropped_items"]) == 1
         assert dropped["input_tokens_before"] > 131_072
-        assert 40_000 < response.usage.input_tokens < 60_000
+        assert 40_000 < response_usage(response).input_tokens < 60_000
         # The stored input keeps every item; only the model's prompt lost the oldest.
         assert len(client.responses.input_items.list(response.id, limit=10).data) == 4
 

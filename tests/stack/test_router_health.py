@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from support.fake_worker import fake_worker
 from support.procs import free_port
-from test_router_process import fake_worker
 
 from turnpike.router.health import HealthMonitor
 from turnpike.router.routing import Worker, WorkerRouter

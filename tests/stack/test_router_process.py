@@ -10,22 +10,11 @@ import time
 
 import grpc
 import pytest
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from support.fake_worker import fake_worker
 from support.procs import free_port, service_env, start_service
 
 from turnpike.grpc_client import wait_healthy
-from turnpike.router.health import INFERENCE_SERVICE
 from turnpike.router.v1 import router_pb2, router_pb2_grpc
-
-
-async def fake_worker(port: int) -> grpc.aio.Server:
-    server = grpc.aio.server()
-    servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    await servicer.set(INFERENCE_SERVICE, health_pb2.HealthCheckResponse.SERVING)
-    return server
 
 
 async def route(stub, key: str, exclude=()) -> router_pb2.RouteDecision:

@@ -74,7 +74,7 @@ async def stub(safety: Safety) -> AsyncIterator[safety_pb2_grpc.SafetyStub]:
 
 
 def request(
-    mode: int, items: list[Item], conversation_id: str = "conv", tenant: str = "acme"
+    mode: safety_pb2.Mode, items: list[Item], conversation_id: str = "conv", tenant: str = "acme"
 ) -> safety_pb2.ClassifyRequest:
     return safety_pb2.ClassifyRequest(
         tenant=tenant, conversation_id=conversation_id, mode=mode, items=items

@@ -4,6 +4,7 @@ over HTTP, SSE and WebSocket, and openai-agents over its WebSocket transport."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import jsonschema
@@ -68,7 +69,7 @@ def test_every_sse_event_validates_against_the_open_responses_schema(stack):
         "tools": [WEATHER_TOOL],
         "stream": True,
     }
-    events = []
+    events: list[Any] = []  # each event's JSON, then "[DONE]"
     with httpx.stream(
         "POST",
         f"{stack.base_url}/responses",

@@ -22,8 +22,10 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from openai.types.responses import ResponseInputItemParam
 from support.chat_completions_fake import VLLM, ChatCompletionsFake
 from support.otlp_receiver import Receiver, Span, exporter_env
+from support.sdk import as_input, sent_back
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
@@ -166,9 +168,10 @@ def send_secrets(
     # A private key in a user message: blocked, and the verdict does not quote it.
     with pytest.raises(openai.BadRequestError) as blocked:
         client.responses.create(model="turnpike-sim-4000", input=f"Is this OK?\n{PRIVATE_KEY}")
-    assert blocked.value.body["code"] == "content_policy_violation"
-    replies.append(json.dumps(blocked.value.body))
-    verdicts.append(blocked.value.body["message"])
+    body = blocked.value.body
+    assert isinstance(body, dict) and body["code"] == "content_policy_violation", body
+    replies.append(json.dumps(body))
+    verdicts.append(body["message"])
 
     # Wrong keys, over HTTP and at the WebSocket upgrade.
     wrong = openai.OpenAI(base_url=endpoints.base_url, api_key=WRONG_KEY, max_retries=0)
@@ -209,6 +212,7 @@ def send_secrets(
             )
             while True:
                 frame = sock.recv(timeout=30)
+                assert isinstance(frame, str), frame  # events are text frames
                 replies.append(frame)
                 kind = json.loads(frame)["type"]
                 if kind in ("response.completed", "response.failed", "error"):
@@ -238,7 +242,7 @@ def send_to_self_hosted(stack: LocalStack, compat: ChatCompletionsFake, replies:
     failed = client.responses.create(model="self-hosted", input="hi again")
     assert failed.status == "failed"
     replies.append(failed.model_dump_json())
-    turns = []
+    turns: list[ResponseInputItemParam] = []
     for n in range(4):
         turns += [
             {"role": "user", "content": f"question {n}"},
@@ -246,8 +250,8 @@ def send_to_self_hosted(stack: LocalStack, compat: ChatCompletionsFake, replies:
         ]
     compacted = client.responses.compact(model="turnpike-sim-4000", input=turns)
     assert compacted.output[0].type == "compaction"
-    items = [item.model_dump(exclude_none=True, warnings=False) for item in compacted.output]
-    again = client.responses.create(model="turnpike-sim-4000", input=[*items, turns[0]])
+    items = sent_back(compacted.output)
+    again = client.responses.create(model="turnpike-sim-4000", input=as_input([*items, turns[0]]))
     assert again.status == "completed"
 
 

@@ -203,7 +203,8 @@ async def test_pydantic_ai_native_output_returns_the_model(stack):
 async def test_pydantic_ai_native_output_with_base_url_and_api_key(stack):
     provider = OpenAIProvider(base_url=stack.base_url, api_key=stack.api_key)
     agent = Agent(
-        OpenAIResponsesModel(MODEL, provider=provider), output_type=NativeOutput([Person, Address])
+        OpenAIResponsesModel(MODEL, provider=provider),
+        output_type=NativeOutput[Person | Address]([Person, Address]),
     )
     result = await agent.run(QUESTION)
     assert isinstance(result.output, (Person, Address))

@@ -25,8 +25,9 @@ import time
 import httpx
 import pytest
 from openai import NotFoundError, OpenAI
-from test_api_errors import expect_error, post, send, until_terminal, ws
-from test_metrics import scrape
+from support.metrics_page import scrape
+from support.raw_calls import expect_error, post, send, until_terminal, ws
+from support.sdk import response_usage, turnpike_fields
 
 pytestmark = pytest.mark.stack
 
@@ -80,7 +81,7 @@ def on_every_worker(stack, alice: OpenAI, prompt: str, **extra):
         response = alice.responses.create(
             model=MODEL, input=prompt, prompt_cache_key=f"warm-{n}", max_output_tokens=16, **extra
         )
-        workers.add(response.model_extra["turnpike"]["worker_id"])
+        workers.add(turnpike_fields(response)["worker_id"])
         if workers == set(stack.workers):
             return response
     pytest.fail(f"alice's prompt reached only {sorted(workers)}")
@@ -98,7 +99,7 @@ def test_an_identical_prompt_of_another_tenant_never_hits_a_cache(stack):
     assert token_cache_hits(stack) == token_hits
     assert prefix_cache_hits(stack) == prefix_hits
     assert safety_cache_hits(stack) == safety_hits
-    assert bobs.usage.input_tokens == first.usage.input_tokens
+    assert response_usage(bobs).input_tokens == response_usage(first).input_tokens
     # Alice's own repeat hits all three.
     again = alice.responses.create(model=MODEL, input=PROMPT, max_output_tokens=16)
     assert cached_tokens(again) > 0
@@ -112,14 +113,18 @@ def test_an_identical_prompt_of_another_tenant_never_hits_a_cache(stack):
 def test_on_the_legacy_path_too_the_prefix_cache_is_per_tenant(stack):
     """The legacy pipeline reaches the worker through the imageres proxy, which passes the
     tenant on."""
-    legacy = {"extra_headers": {"x-turnpike-pipeline": "legacy"}}
+    legacy = {"x-turnpike-pipeline": "legacy"}
     alice, bob = client(stack, "alice"), client(stack, "bob")
     prompt = "Legacy: " + PROMPT
-    on_every_worker(stack, alice, prompt, **legacy)
-    bobs = bob.responses.create(model=MODEL, input=prompt, max_output_tokens=16, **legacy)
-    assert bobs.model_extra["turnpike"]["pipeline"] == "legacy"
+    on_every_worker(stack, alice, prompt, extra_headers=legacy)
+    bobs = bob.responses.create(
+        model=MODEL, input=prompt, max_output_tokens=16, extra_headers=legacy
+    )
+    assert turnpike_fields(bobs)["pipeline"] == "legacy"
     assert cached_tokens(bobs) == 0
-    again = alice.responses.create(model=MODEL, input=prompt, max_output_tokens=16, **legacy)
+    again = alice.responses.create(
+        model=MODEL, input=prompt, max_output_tokens=16, extra_headers=legacy
+    )
     assert cached_tokens(again) > 0
 
 
@@ -139,7 +144,7 @@ def test_a_routing_key_of_another_tenant_is_its_own(stack):
     again = alice.responses.create(
         model=MODEL, input=prompt, prompt_cache_key=key, max_output_tokens=16
     )
-    assert again.model_extra["turnpike"]["worker_id"] == alices.model_extra["turnpike"]["worker_id"]
+    assert turnpike_fields(again)["worker_id"] == turnpike_fields(alices)["worker_id"]
     assert cached_tokens(again) > 0
 
 

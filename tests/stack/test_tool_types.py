@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import httpx
 import pytest
-from openai.types.responses import Response
+from openai.types.responses import (
+    CustomToolParam,
+    FunctionToolParam,
+    Response,
+    ResponseCustomToolCallOutputParam,
+    ToolParam,
+)
+from support.sdk import as_input
 from support.tools import APPLY_PATCH_GRAMMAR
 from websockets.sync.client import connect as ws_connect
 
@@ -19,7 +27,7 @@ from turnpike.gateway.protocol.errors import ApiError
 from turnpike.gateway.protocol.request import parse_create
 
 
-def function(name: str, required: list[str] | None = None) -> dict:
+def function(name: str, required: list[str] | None = None) -> FunctionToolParam:
     props = {key: {"type": "string"} for key in required or []}
     return {
         "type": "function",
@@ -31,7 +39,7 @@ def function(name: str, required: list[str] | None = None) -> dict:
 
 
 # What Codex 0.163 sends by default: function tools, a namespace, a hosted web search.
-CODEX_TOOLS = [
+CODEX_TOOLS: list[ToolParam] = [
     function("exec_command", ["cmd"]),
     function("write_stdin", ["session_id"]),
     function("update_plan", ["plan"]),
@@ -39,12 +47,13 @@ CODEX_TOOLS = [
         "type": "namespace",
         "name": "multi_agent_v1",
         "description": "Sub-agents.",
-        "tools": [function("spawn_agent", ["message"]), function("wait_agent", ["id"])],
+        # Copies: the SDK types a namespace's functions apart from top-level ones.
+        "tools": [{**function("spawn_agent", ["message"])}, {**function("wait_agent", ["id"])}],
     },
     {"type": "web_search", "external_web_access": False},
 ]
 # Codex's freeform apply_patch, as its own models declare it.
-APPLY_PATCH = {
+APPLY_PATCH: CustomToolParam = {
     "type": "custom",
     "name": "apply_patch",
     "description": "Use the `apply_patch` tool to edit files. This is a FREEFORM tool.",
@@ -140,7 +149,8 @@ def test_tools_that_cannot_be_served_are_a_400_naming_them(tools, param, code) -
 def test_a_hosted_tool_cannot_be_forced() -> None:
     with pytest.raises(ApiError) as err:
         parse({"input": "hi", "tools": CODEX_TOOLS, "tool_choice": {"type": "web_search"}})
-    assert err.value.status == 400 and err.value.param.startswith("tool_choice")
+    assert err.value.status == 400
+    assert err.value.param is not None and err.value.param.startswith("tool_choice")
 
 
 def test_a_namespaced_function_can_be_named_by_tool_choice() -> None:
@@ -153,7 +163,11 @@ def test_a_namespaced_function_can_be_named_by_tool_choice() -> None:
 def test_a_namespaced_call_carries_its_namespace_and_continues_over_http(stack) -> None:
     headers = {"Authorization": f"Bearer {stack.api_key}"}
     tools = [CODEX_TOOLS[3], CODEX_TOOLS[4]]  # only the namespace's functions can be called
-    body = {"model": "turnpike-sim", "input": "Spawn an agent to say hi", "tools": tools}
+    body: dict[str, Any] = {
+        "model": "turnpike-sim",
+        "input": "Spawn an agent to say hi",
+        "tools": tools,
+    }
     reply = httpx.post(f"{stack.base_url}/responses", json=body, headers=headers, timeout=60)
     assert reply.status_code == 200, reply.text
     response = Response.model_validate(reply.json())  # the SDK's own types read it
@@ -174,7 +188,12 @@ def test_a_namespaced_call_carries_its_namespace_and_continues_over_http(stack) 
         call.model_dump(exclude_none=True),
         {"type": "function_call_output", "call_id": call.call_id, "output": "done"},
     ]
-    body = {"model": "turnpike-sim", "input": history, "tools": tools, "store": False}
+    body = {
+        "model": "turnpike-sim",
+        "input": history,
+        "tools": tools,
+        "store": False,
+    }
     reply = httpx.post(f"{stack.base_url}/responses", json=body, headers=headers, timeout=60)
     assert reply.status_code == 200 and reply.json()["status"] == "completed", reply.text
 
@@ -220,7 +239,7 @@ def test_a_custom_tool_call_streams_its_input_and_takes_its_output(stack) -> Non
 
     client = OpenAI(base_url=stack.base_url, api_key=stack.api_key)
     prompt = "Apply a patch that adds notes.md with a greeting."
-    tools = [APPLY_PATCH, CODEX_TOOLS[0]]
+    tools: list[ToolParam] = [APPLY_PATCH, CODEX_TOOLS[0]]
     with client.responses.stream(model="turnpike-sim", input=prompt, tools=tools) as stream:
         events = list(stream)
         response = stream.get_final_response()
@@ -233,18 +252,18 @@ def test_a_custom_tool_call_streams_its_input_and_takes_its_output(stack) -> Non
     added = ADD_FILE_PATCH.fullmatch(call.input)
     assert added and added[1] == "notes.md", call.input
 
-    output = {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "Done!"}
+    output: ResponseCustomToolCallOutputParam = {
+        "type": "custom_tool_call_output",
+        "call_id": call.call_id,
+        "output": "Done!",
+    }
     chained = client.responses.create(
         model="turnpike-sim", previous_response_id=response.id, input=[output], tools=tools
     )
     assert chained.status == "completed" and chained.output[-1].type == "message"
-    history = [
-        {"role": "user", "content": prompt},
-        call.model_dump(exclude_none=True),
-        output,
-    ]
+    history = [{"role": "user", "content": prompt}, call.model_dump(exclude_none=True), output]
     stateless = client.responses.create(
-        model="turnpike-sim", input=history, tools=tools, store=False
+        model="turnpike-sim", input=as_input(history), tools=tools, store=False
     )
     assert stateless.status == "completed" and stateless.output[-1].type == "message"
     # An output must answer a custom call: a function call's id is not one.
@@ -279,6 +298,7 @@ def test_a_plan_gets_one_call_per_step_over_websocket(stack) -> None:
             seen.append(item.type)
             if item.type == "message":
                 break
+            assert item.type in ("custom_tool_call", "function_call"), item
             kind = (
                 "custom_tool_call_output"
                 if item.type == "custom_tool_call"

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from support.billing_standin import RecordingBilling
 from support.otlp_receiver import (
     CLIENT,
     RPC,
@@ -33,6 +34,7 @@ from support.otlp_receiver import (
     server_spans,
     trace_of,
 )
+from support.sdk import response_usage
 from support.tools import QUESTION, WEATHER_TOOL, ask_over_websocket
 
 from turnpike import telemetry
@@ -130,8 +132,8 @@ def check_stages(response: Span, members: list[Span], expected: set[str]) -> dic
     if response.attributes["turnpike.pipeline"] == "legacy":
         # The other pipelines keep model configurations in process: no router call.
         calls.append(("resolve", "stage.resolve_model"))
-    for rpc, stage in calls:
-        assert gateway_calls[RPC[rpc]].parent_id == stages[stage].span_id, rpc
+    for rpc, stage_name in calls:
+        assert gateway_calls[RPC[rpc]].parent_id == stages[stage_name].span_id, rpc
     return stages
 
 
@@ -191,8 +193,8 @@ def test_one_http_response_is_one_trace_across_every_service(traced: Traced) -> 
     assert span.attributes["gen_ai.request.model"] == "turnpike-sim"
     assert span.attributes["gen_ai.response.id"] == response.id
     assert span.attributes["gen_ai.conversation.id"] == response.id  # its first response
-    assert span.attributes["gen_ai.usage.input_tokens"] == response.usage.input_tokens
-    assert span.attributes["gen_ai.usage.output_tokens"] == response.usage.output_tokens
+    assert span.attributes["gen_ai.usage.input_tokens"] == response_usage(response).input_tokens
+    assert span.attributes["gen_ai.usage.output_tokens"] == response_usage(response).output_tokens
     check_hops(members)
     stages = check_stages(
         span,
@@ -289,7 +291,7 @@ def test_one_websocket_response_is_one_trace(traced: Traced) -> None:
 
 def tree(members: list[Span]) -> str:
     """The trace as an indented outline (for failure messages)."""
-    kinds = {SERVER: "server", CLIENT: "client"}
+    kinds: dict[int, str] = {SERVER: "server", CLIENT: "client"}
     lines: list[str] = []
 
     def walk(parent_id: str, depth: int) -> None:
@@ -381,6 +383,7 @@ async def test_a_server_stream_span_ends_with_the_rpc_however_far_the_caller_rea
     finally:
         await server.stop(None)
     assert ok.name == failed.name == "/test.Streams/Stream"
+    assert ok.attributes is not None and failed.attributes is not None
     assert ok.kind == SpanKind.CLIENT
     assert ok.attributes["rpc.grpc.status_code"] == grpc.StatusCode.OK.value[0]
     assert ok.status.status_code == StatusCode.UNSET
@@ -394,21 +397,22 @@ async def test_a_server_stream_span_ends_with_the_rpc_however_far_the_caller_rea
         ]
 
 
-class FlakyBilling:
-    """A billing stub that is unavailable ``failures`` times, then records."""
+class FlakyBilling(RecordingBilling):
+    """A billing stand-in whose RecordUsage is unavailable ``failures`` times, then records."""
 
     def __init__(self, failures: int) -> None:
+        super().__init__()
         self.failures = failures
-        self.recorded: list[billing_pb2.UsageEvent] = []
 
-    async def RecordUsage(self, event, timeout=None):
+    async def RecordUsage(
+        self, request: billing_pb2.UsageEvent, /, timeout: float | None = None
+    ) -> billing_pb2.RecordUsageResponse:
         if self.failures:
             self.failures -= 1
             raise grpc.aio.AioRpcError(
                 grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "down"
             )
-        self.recorded.append(event)
-        return billing_pb2.RecordUsageResponse()
+        return await super().RecordUsage(request, timeout=timeout)
 
 
 async def test_each_billing_delivery_attempt_is_a_new_trace_linked_to_the_response(
@@ -421,7 +425,7 @@ async def test_each_billing_delivery_attempt_is_a_new_trace_linked_to_the_respon
     with local_tracer.start_as_current_span("response.create") as response:
         await outbox.submit(billing_pb2.UsageEvent(event_id="resp_1", tenant="dev"))
     await outbox.close(timeout=5)
-    assert [e.event_id for e in stub.recorded] == ["resp_1"]
+    assert [e.event_id for e in stub.events] == ["resp_1"]
     deliveries = [s for s in exporter.get_finished_spans() if s.name == "billing.deliver_usage"]
     assert [s.attributes["turnpike.attempt"] for s in deliveries] == [1, 2]
     assert deliveries[0].status.status_code == StatusCode.ERROR

@@ -9,6 +9,7 @@ import httpx
 import pytest
 from openai import OpenAI
 from support.openresponses import validate_input_item
+from support.sdk import response_usage
 from support.tools import READ_FILE_TOOL
 
 pytestmark = pytest.mark.stack
@@ -36,8 +37,8 @@ def test_every_response_is_billed_once_to_its_tenant(stack):
             if event.type == "response.completed":
                 responses.append(event.response)
                 break
-    expected_in = sum(r.usage.input_tokens for r in responses)
-    expected_out = sum(r.usage.output_tokens for r in responses)
+    expected_in = sum(response_usage(r).input_tokens for r in responses)
+    expected_out = sum(response_usage(r).output_tokens for r in responses)
     deadline = time.monotonic() + 15
     while True:
         after = usage(stack, bob)
@@ -60,6 +61,7 @@ def test_input_items_validate_against_the_item_schema(stack):
     tool = READ_FILE_TOOL
     first = client.responses.create(model="turnpike-sim-4000", input="Open main.py", tools=[tool])
     call = first.output[0]
+    assert call.type == "function_call"
     second = client.responses.create(
         model="turnpike-sim-4000",
         previous_response_id=first.id,

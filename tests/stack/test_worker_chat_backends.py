@@ -69,14 +69,14 @@ async def make_backend(fake: ChatCompletionsFake, backend_name: str) -> AsyncIte
         base_url = base_url or fake.base_url
         kwargs.setdefault("max_retry_delay_s", 2.0)
         if backend_name == CEREBRAS:
-            client = AsyncCerebras(
+            cerebras = AsyncCerebras(
                 api_key=api_key,
                 base_url=base_url,
                 max_retries=0,
                 timeout=5.0,
                 warm_tcp_connection=False,
             )
-            made.append(CerebrasBackend(WORKER_ID, client, **kwargs))
+            made.append(CerebrasBackend(WORKER_ID, cerebras, **kwargs))
         else:
             client = AsyncOpenAI(
                 api_key=api_key, base_url=f"{base_url}/v1", max_retries=0, timeout=5.0

@@ -293,15 +293,18 @@ PLAN = (
 )
 
 
-def _turns(plan: str, tools: list[cv.Tool], limit: int = 10) -> list[FunctionCallAnswer | str]:
-    """The simulator's answers through a whole plan, each call answered with an output."""
+def _turns(
+    plan: str, tools: list[cv.Tool], limit: int = 10
+) -> tuple[list[FunctionCallAnswer], str]:
+    """The simulator's answers through a whole plan, each call answered with an output:
+    the calls, and the closing message's text."""
     items = [cv.Item(kind=cv.Item.MESSAGE, role="user", text=plan)]
-    answers: list[FunctionCallAnswer | str] = []
+    calls: list[FunctionCallAnswer] = []
     for turn in range(limit):
         answer = plan_answer(items, tools, "", 0, _count)
         if not isinstance(answer, FunctionCallAnswer):
-            return [*answers, answer.text]
-        answers.append(answer)
+            return calls, answer.text
+        calls.append(answer)
         call_id = f"call_{turn}"
         items += [
             cv.Item(
@@ -317,7 +320,7 @@ def _turns(plan: str, tools: list[cv.Tool], limit: int = 10) -> list[FunctionCal
 
 
 def test_a_plan_is_followed_one_call_per_step_then_a_message() -> None:
-    *calls, closing = _turns(PLAN, [*CODEX_TOOLS, APPLY_PATCH])
+    calls, closing = _turns(PLAN, [*CODEX_TOOLS, APPLY_PATCH])
     assert [(c.name, c.custom) for c in calls] == [
         ("exec_command", False),
         ("apply_patch", True),
@@ -332,7 +335,7 @@ def test_a_plan_is_followed_one_call_per_step_then_a_message() -> None:
 
 
 def test_one_list_line_is_not_a_plan() -> None:
-    *calls, closing = _turns("Things to do:\n- run `ls`\n", CODEX_TOOLS)
+    calls, closing = _turns("Things to do:\n- run `ls`\n", CODEX_TOOLS)
     assert len(calls) == 1 and isinstance(closing, str)
 
 

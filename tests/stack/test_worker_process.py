@@ -7,6 +7,7 @@ import asyncio
 import json
 import signal
 import subprocess
+from typing import Any
 
 import grpc
 import httpx
@@ -36,7 +37,7 @@ SCHEMA = {
 
 
 def request(tps: float = 2000.0, **kwargs) -> pb.GenerateRequest:
-    fields = {
+    fields: dict[str, Any] = {
         "request_id": "resp_proc",
         "model": "turnpike-sim",
         "prompt": token_bytes.pack(range(500)),

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from unittest.mock import patch
 
 
 @contextmanager
@@ -21,11 +22,8 @@ def _recording_frames(sent: list[dict[str, Any]]) -> Iterator[None]:
         sent.append(frame)
         return frame, url, headers
 
-    OpenAIResponsesWSModel._prepare_websocket_request = recording
-    try:
+    with patch.object(OpenAIResponsesWSModel, "_prepare_websocket_request", recording):
         yield
-    finally:
-        OpenAIResponsesWSModel._prepare_websocket_request = original
 
 
 async def run_weather_agent(
@@ -38,10 +36,10 @@ async def run_weather_agent(
     """Ask a forecaster agent for Lisbon's weather; (the cities its tool was called
     for, the run's result). ``sent``, when given, gets each create request's body (HTTP)
     or frame (WebSocket) as the agent sent it."""
-    import httpx
+    import httpx2  # the openai SDK's HTTP client
     from agents import Agent, ModelSettings, RunConfig, Runner, function_tool
     from agents.models.openai_provider import OpenAIProvider
-    from openai import AsyncOpenAI
+    from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
     calls: list[str] = []
 
@@ -51,14 +49,14 @@ async def run_weather_agent(
         calls.append(city)
         return f"It is sunny in {city}."
 
-    async def record(request: httpx.Request) -> None:
+    async def record(request: httpx2.Request) -> None:
         if sent is not None and request.url.path.endswith("/responses"):
             sent.append(json.loads(request.content))
 
     client = AsyncOpenAI(
         api_key=stack.api_key,
         base_url=stack.base_url,
-        http_client=httpx.AsyncClient(event_hooks={"request": [record]}),
+        http_client=DefaultAsyncHttpxClient(event_hooks={"request": [record]}),
     )
     provider = OpenAIProvider(
         openai_client=client, use_responses=True, use_responses_websocket=websocket

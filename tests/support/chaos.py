@@ -18,11 +18,11 @@ from typing import Any
 
 import openai
 from openai import OpenAI
+from support.sdk import TERMINAL
 from support.tools import WEATHER_TOOL, tool_result
 
 MODEL = "turnpike-sim-4000"
 REPLICA_HEADER = "x-turnpike-replica"
-TERMINAL = ("response.completed", "response.failed", "response.incomplete", "error")
 # Between two turns of one client, and before a retry: a light load on a small machine.
 THINK_S = 0.1
 RETRY_S = 0.5
@@ -42,6 +42,12 @@ class Turn:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def completed_id(self) -> str:
+        """The response's id, which a completed turn has."""
+        assert self.response_id is not None, self
+        return self.response_id
 
     @property
     def seconds(self) -> float:

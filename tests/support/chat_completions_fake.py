@@ -66,7 +66,7 @@ PARALLEL_CALLS = [
     ("a81f3c0d2", "add", '{"a": 2, "b": 3}'),
     ("b249e0b3f", "multiply", '{"a": 2, "b": 3}'),
 ]
-USAGE = {
+USAGE: dict[str, Any] = {
     "prompt_tokens": 277,
     "completion_tokens": 25,
     "total_tokens": 302,

@@ -61,7 +61,8 @@ async def check_conversation_store(store: ConversationStore, alice: str, bob: st
 
     updated = await store.update(alice, cid, {"topic": "changed"})
     assert updated is not None and updated.metadata == {"topic": "changed"}
-    assert (await store.get(alice, cid)).metadata == {"topic": "changed"}  # type: ignore[union-attr]
+    stored = await store.get(alice, cid)
+    assert stored is not None and stored.metadata == {"topic": "changed"}
 
     assert await store.delete_item(alice, cid, first[1]["id"]) is True
     assert await store.delete_item(alice, cid, first[1]["id"]) is False

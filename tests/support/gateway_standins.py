@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from array import array
+from typing import Any
 
 import grpc
 
 from turnpike.gateway.engine.response_engine import ResponseEngine
-from turnpike.gateway.pipeline.prepared import Prepared
+from turnpike.gateway.pipeline.prepared import Prepared, Prompt
 from turnpike.gateway.pipeline.request_context import RequestContext
 from turnpike.gateway.pipeline.stages import Resources
 from turnpike.gateway.pipeline.variants import Pipeline
@@ -23,9 +24,9 @@ from turnpike.gateway.state.responses_memory import InMemoryResponseStore
 from turnpike.gateway.state.token_cache import TokenCache
 from turnpike.gateway.upstream.backends import Backends
 from turnpike.image_resolution import Limits
-from turnpike.router.v1 import router_pb2
-from turnpike.safety.v1 import safety_pb2
-from turnpike.tokenizer.v1 import tokenizer_pb2
+from turnpike.router.v1 import router_pb2, router_pb2_grpc
+from turnpike.safety.v1 import safety_pb2, safety_pb2_grpc
+from turnpike.tokenizer.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 
 TENANT = "acme"
 MODEL = router_pb2.ModelConfig(
@@ -35,9 +36,11 @@ COMPLETION_PROMPT = [9, 9]
 
 
 # -- stand-ins for the backends ----------------------------------------------------------
+# Each is a subclass of the gRPC stub it stands in for, so that it fits where the gateway
+# takes that stub; it answers here, and never opens the stub's channel.
 
 
-class Router:
+class Router(router_pb2_grpc.RouterStub):
     def __init__(self) -> None:
         self.calls: list[str] = []
 
@@ -54,7 +57,7 @@ class Router:
         return router_pb2.RouteDecision(model=MODEL, worker_id="worker-1", worker_address="w:1")
 
 
-class SafetyService:
+class SafetyService(safety_pb2_grpc.SafetyStub):
     def __init__(self) -> None:
         self.requests: list[safety_pb2.ClassifyRequest] = []
         self.verdict = safety_pb2.ALLOW
@@ -72,7 +75,7 @@ class SafetyService:
         )
 
 
-class Tokenizer:
+class Tokenizer(tokenizer_pb2_grpc.TokenizerStub):
     """Every item renders to ``per_item`` tokens: 1s in full, 2s appended."""
 
     def __init__(self) -> None:
@@ -97,6 +100,10 @@ class Tokenizer:
 
 class StandIns(Backends):
     """The gateway's backend clients (and their one way of calling), over stand-ins."""
+
+    router: Router
+    safety: SafetyService
+    tokenizer: Tokenizer
 
     def __init__(self) -> None:
         self.timeout_s = 1.0
@@ -128,6 +135,18 @@ async def prepare(
     ctx: RequestContext | None = None,
 ) -> Prepared:
     return await engine.prepare(request, ctx or context(pipeline), pipeline)
+
+
+def prompt_of(prepared: Prepared) -> Prompt:
+    """What the render stage made (None on ``Prepared`` until it ran)."""
+    assert prepared.prompt is not None, "not rendered"
+    return prepared.prompt
+
+
+def response_of(prepared: Prepared) -> dict[str, Any]:
+    """The response object the engine added once the stages were done."""
+    assert prepared.response is not None, "no response object"
+    return prepared.response
 
 
 def message(role: str, text: str, item_id: str) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 from support.paths import REPO_ROOT
@@ -23,6 +24,7 @@ from bench.otlp import exporter_env as exporter_env  # noqa: E402  (re-exported 
 __all__ = ["CLIENT", "RPC", "SERVER", "Receiver", "Span"]
 
 SPAN_WAIT_S = 30.0
+T = TypeVar("T")
 
 RPC = {
     "resolve": "/turnpike.router.v1.Router/ResolveModel",
@@ -40,7 +42,7 @@ class Receiver(otlp.Receiver):
         super().__init__()
         self.wait_s = wait_s
 
-    def wait_for(self, what: str, found: Callable[[list[Span]], object]) -> object:
+    def wait_for(self, what: str, found: Callable[[list[Span]], T | None]) -> T:
         """Poll until ``found(spans)`` is truthy (it is then returned), or fail."""
         deadline = time.monotonic() + self.wait_s
         while True:

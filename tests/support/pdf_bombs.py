@@ -15,6 +15,7 @@ gateway (issue 19). Shared by tests/stack/test_pdf_extraction.py and bench/pdf_e
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
 from support.pdf import stream_object, write_pdf
 
@@ -106,7 +107,7 @@ def warning_flood(dictionaries: int = 11_000) -> bytes:
     return write_pdf(objects)
 
 
-BOMBS = {
+BOMBS: dict[str, Callable[[], bytes]] = {
     "flate_bomb": flate_bomb,
     "xobject_fanout": xobject_fanout,
     "many_pages": many_pages,

@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from openai.types.responses import (
+    FunctionToolParam,
+    Response,
+    ResponseFunctionToolCall,
+    ResponseInputItemParam,
+)
 from websockets.sync.client import connect as ws_connect
 
 from turnpike.conversation.v1 import conversation_pb2 as cv
 
-WEATHER_TOOL = {
+WEATHER_TOOL: FunctionToolParam = {
     "type": "function",
     "name": "get_weather",
     "description": "Current weather for a city.",
@@ -24,10 +30,11 @@ WEATHER_TOOL = {
         "additionalProperties": False,
     },
 }
-READ_FILE_TOOL = {
+READ_FILE_TOOL: FunctionToolParam = {
     "type": "function",
     "name": "read_file",
     "description": "Read a file.",
+    "strict": None,  # the API's default (strict); the SDK's type wants the key
     "parameters": {
         "type": "object",
         "properties": {"path": {"type": "string"}},
@@ -52,13 +59,13 @@ QUESTION = "What is the weather in Paris?"
 TERMINAL_WS_EVENTS = ("response.completed", "response.failed", "error")
 
 
-def only_call(response: Any) -> Any:
-    """The response's one function call (an SDK response object)."""
-    [call] = [item for item in response.output if item.type == "function_call"]
+def only_call(response: Response) -> ResponseFunctionToolCall:
+    """The response's one function call."""
+    [call] = [item for item in response.output if isinstance(item, ResponseFunctionToolCall)]
     return call
 
 
-def tool_result(call_id: str, output: str, question: str) -> list[dict[str, Any]]:
+def tool_result(call_id: str, output: str, question: str) -> list[ResponseInputItemParam]:
     """A follow-up's input: the tool's output, then the user's next question."""
     return [
         {"type": "function_call_output", "call_id": call_id, "output": output},

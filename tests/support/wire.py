@@ -25,8 +25,8 @@ from support.openresponses import (
     validate_ws_create_event,
     validate_ws_event,
 )
-from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
+from websockets.sync.connection import Connection
 
 TRANSPORTS = ("json", "sse", "websocket")
 TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete", "error"})
@@ -58,7 +58,7 @@ class Turn:
 
 
 def _renamed(event: dict[str, Any], renames: Mapping[str, str]) -> dict[str, Any]:
-    kind = event.get("type")
+    kind = event.get("type", "")
     return {**event, "type": renames[kind]} if kind in renames else event
 
 
@@ -114,7 +114,7 @@ def create_sse(
 class Socket:
     """One WebSocket connection, as a raw client (the compliance suite's) drives it."""
 
-    def __init__(self, conn: ClientConnection, renames: Mapping[str, str]) -> None:
+    def __init__(self, conn: Connection, renames: Mapping[str, str]) -> None:
         self.conn = conn
         self.renames = renames
 

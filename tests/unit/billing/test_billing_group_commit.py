@@ -138,7 +138,7 @@ def event(n: int) -> UsageEvent:
 
 
 async def test_concurrent_records_on_the_ledger_are_group_committed_durable_and_billed_once(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "ledger.sqlite3"
     ledger = LedgerThread(path)
@@ -152,7 +152,7 @@ async def test_concurrent_records_on_the_ledger_are_group_committed_durable_and_
         committed.update(e.event_id for e in events)
         return result
 
-    ledger._ledger.record_many = counting_record_many
+    monkeypatch.setattr(ledger._ledger, "record_many", counting_record_many)
     try:
         with closing(sqlite3.connect(path)) as reader:
 

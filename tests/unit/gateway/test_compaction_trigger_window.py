@@ -6,7 +6,7 @@ routed to no worker; without the trigger the same input is a 400
 from __future__ import annotations
 
 import pytest
-from support.gateway_standins import create, prepare
+from support.gateway_standins import create, prepare, prompt_of
 
 from turnpike.gateway.pipeline.variants import LEGACY, SPRINT
 from turnpike.gateway.protocol.errors import ApiError
@@ -25,6 +25,6 @@ async def test_a_trigger_over_the_context_window_is_compacted(engine, backends) 
             request = create(input=[*LONG, TRIGGER], truncation=truncation)
             prepared = await prepare(engine, request, pipeline)
             assert prepared.request.compact_now
-            assert not prepared.prompt.truncated
-            assert len(prepared.prompt.tokens) > 100  # the whole history counted
+            assert not prompt_of(prepared).truncated
+            assert len(prompt_of(prepared).tokens) > 100  # the whole history counted
             assert prepared.route is None  # no worker: nothing is generated

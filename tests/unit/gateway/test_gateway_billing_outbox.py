@@ -10,6 +10,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support.spans import attributes
 
 from turnpike.billing.ledger import Ledger
 from turnpike.billing.server import event_from_pb
@@ -206,13 +207,13 @@ async def test_a_batch_delivery_is_one_new_trace_linked_to_every_response_it_bil
     billing.up.set()
     await outbox.close(timeout=5)
     deliveries = [s for s in spans.get_finished_spans() if s.name == "billing.deliver_usage"]
-    assert [s.attributes["turnpike.attempt"] for s in deliveries] == [1, 2]
+    assert [attributes(s)["turnpike.attempt"] for s in deliveries] == [1, 2]
     for span in deliveries:
         assert span.parent is None
         assert span.context.trace_id not in {r.trace_id for r in responses}
         assert [link.context for link in span.links] == responses
-        assert span.attributes["turnpike.billing.events"] == 4
-        assert list(span.attributes["turnpike.billing.event_ids"]) == [
+        assert attributes(span)["turnpike.billing.events"] == 4
+        assert list(attributes(span)["turnpike.billing.event_ids"]) == [
             f"resp_{n}" for n in range(4)
         ]
 

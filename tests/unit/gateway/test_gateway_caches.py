@@ -7,6 +7,7 @@ from turnpike.gateway.state.connection_cache import ConnectionCache
 from turnpike.gateway.state.conversation_state import ConversationState, RenderedPrefix
 from turnpike.gateway.state.model_cache import ModelConfigCache
 from turnpike.gateway.state.token_cache import TokenCache
+from turnpike.router.v1 import router_pb2
 
 
 def prefix(tokens: int, items: int = 1) -> RenderedPrefix:
@@ -71,9 +72,9 @@ def test_token_cache_holds_a_render_kept_under_two_keys_once():
 
 def test_model_cache_expires():
     cache = ModelConfigCache(ttl_s=0.0)
-    cache.put("m", object())
+    cache.put("m", router_pb2.ModelConfig(id="m"))
     assert cache.get("m") is None
     cache = ModelConfigCache(ttl_s=60)
-    model = object()
+    model = router_pb2.ModelConfig(id="m")
     cache.put("m", model)
     assert cache.get("m") is model

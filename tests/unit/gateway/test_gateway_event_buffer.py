@@ -70,4 +70,6 @@ async def test_a_buffered_queue_never_merges_deltas():
     queue.sink = buffer.open("dev", "resp_1").append
     queue.emit({**event(0), "item_id": "msg_1", "delta": "a"})
     assert not queue.merge_delta("msg_1", "b")
-    assert [e["sequence_number"] for e in buffer.get("dev", "resp_1").events] == [0]
+    buffered = buffer.get("dev", "resp_1")
+    assert buffered is not None
+    assert [e["sequence_number"] for e in buffered.events] == [0]

@@ -11,8 +11,9 @@ from turnpike.gateway.api.uvicorn_protocols import WriteStallMixin
 STALL_S = 0.05
 
 
-class Transport:
+class Transport(asyncio.Transport):
     def __init__(self) -> None:
+        super().__init__()
         self.aborted = asyncio.Event()
 
     def abort(self) -> None:
@@ -35,9 +36,11 @@ class Base:
 
 
 class Protocol(WriteStallMixin, Base):
+    transport: Transport
+
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self.transport = Transport()  # type: ignore[assignment]
+        self.transport = Transport()
         self.write_stall_s = STALL_S
 
 

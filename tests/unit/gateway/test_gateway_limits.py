@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from support.limiter import ticket_of
 from support.metric_samples import Delta, sample
 from support.procs import free_port
 
@@ -360,13 +361,13 @@ async def test_fallback_switches_to_local_limits_and_back_and_settles_with_the_i
     fallbacks = Delta("turnpike_gateway_limiter_fallbacks_total")
     limiter = FallbackLimiter(primary, local, retry_s=0.05)
     limits = TenantLimits(requests_per_minute=100, max_concurrent_responses=10)
-    from_redis = (await limiter.admit("a", limits, 0)).ticket
+    from_redis = ticket_of(await limiter.admit("a", limits, 0))
     assert from_redis.issuer == "redis"
     assert not limiter.degraded and sample("turnpike_gateway_limiter_degraded") == 0
 
     primary.down = True
     with caplog.at_level(logging.WARNING, logger="turnpike.gateway.tenancy.limits"):
-        local_tickets = [(await limiter.admit("a", limits, 0)).ticket for _ in range(5)]
+        local_tickets = [ticket_of(await limiter.admit("a", limits, 0)) for _ in range(5)]
     assert {t.issuer for t in local_tickets} == {"local"}
     assert limiter.degraded and sample("turnpike_gateway_limiter_degraded") == 1
     assert fallbacks.change == 1
@@ -382,7 +383,7 @@ async def test_fallback_switches_to_local_limits_and_back_and_settles_with_the_i
             break
         await asyncio.sleep(0.01)
     assert not limiter.degraded and sample("turnpike_gateway_limiter_degraded") == 0
-    assert (await limiter.admit("a", limits, 0)).ticket.issuer == "redis"
+    assert ticket_of(await limiter.admit("a", limits, 0)).issuer == "redis"
     # Tickets taken locally are settled locally: the local slots free up.
     for ticket in local_tickets:
         await limiter.settle(ticket, 0)
@@ -399,6 +400,7 @@ async def test_fallback_connections_close_where_they_were_opened(clock):
     shared = await limiter.open_connection("a", limits)
     primary.down = True
     local = await limiter.open_connection("a", limits)  # the local count starts empty
+    assert shared is not None and local is not None
     assert (shared.issuer, local.issuer) == ("redis", "local")
     assert await limiter.open_connection("a", limits) is None
     await limiter.close_connection(local)
@@ -422,7 +424,7 @@ async def test_a_redis_that_refuses_connections_does_not_stop_serving(clock, cap
     assert fallbacks.change == 1 and limiter.degraded
     assert sum("Redis unreachable" in r.getMessage() for r in caplog.records) == 1
     for answer in answers[:3]:
-        await limiter.settle(answer.ticket, 0)
+        await limiter.settle(ticket_of(answer), 0)
     slot = await limiter.open_connection("a", TenantLimits(max_websocket_connections=1))
     assert slot is not None and slot.issuer == "local"
     await limiter.close_connection(slot)

@@ -38,7 +38,8 @@ def test_when_busy_the_tenant_over_its_fair_share_is_refused_first() -> None:
     assert shed is not None and shed.reason == "over_fair_share"
     # The tenant under its share still gets in, up to the bound.
     fill(in_flight, "quiet", 1)
-    assert in_flight.try_admit("quiet").reason == "full"
+    shed = in_flight.try_admit("quiet")
+    assert shed is not None and shed.reason == "full"
 
 
 def test_a_refusal_counts_nothing_and_release_undoes_admission() -> None:

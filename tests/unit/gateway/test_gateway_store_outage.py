@@ -5,8 +5,11 @@ way: the chaos test checks the ledger)."""
 
 from __future__ import annotations
 
+from opentelemetry.trace import SpanContext
+from support.billing_standin import RecordingBilling
 from support.gateway_standins import TENANT, StandIns, create, prepare
 
+from turnpike.billing.v1 import billing_pb2
 from turnpike.gateway.engine.response_engine import ResponseEngine
 from turnpike.gateway.pipeline.stages import Resources
 from turnpike.gateway.pipeline.variants import SPRINT
@@ -14,6 +17,7 @@ from turnpike.gateway.state.model_cache import ModelConfigCache
 from turnpike.gateway.state.responses import StoredResponse, StoreUnavailable
 from turnpike.gateway.state.responses_memory import InMemoryResponseStore
 from turnpike.gateway.state.token_cache import TokenCache
+from turnpike.gateway.upstream.billing_outbox import BillingOutbox
 from turnpike.image_resolution import Limits
 
 
@@ -31,16 +35,21 @@ class StoreGoesAway(InMemoryResponseStore):
         await super().put(record)
 
 
-class Outbox:
-    """Records what the engine bills."""
+class Outbox(BillingOutbox):
+    """Records what the engine bills (and delivers none of it)."""
 
     def __init__(self) -> None:
-        self.events = []
+        super().__init__(RecordingBilling())
+        self.events: list[billing_pb2.UsageEvent] = []
 
-    async def submit(self, event, link) -> None:
+    async def submit(
+        self, event: billing_pb2.UsageEvent, origin: SpanContext | None = None
+    ) -> None:
         self.events.append(event)
 
-    async def record_now(self, event, link) -> None:
+    async def record_now(
+        self, event: billing_pb2.UsageEvent, origin: SpanContext | None = None
+    ) -> None:
         self.events.append(event)
 
 
@@ -75,6 +84,5 @@ async def test_with_the_store_up_the_response_completes_and_is_kept() -> None:
     store = StoreGoesAway(works=10)
     events, _ = await respond(store)
     assert events[-1]["type"] == "response.completed"
-    assert (await store.get(TENANT, events[-1]["response"]["id"])).response["status"] == (
-        "completed"
-    )
+    stored = await store.get(TENANT, events[-1]["response"]["id"])
+    assert stored is not None and stored.response["status"] == "completed"

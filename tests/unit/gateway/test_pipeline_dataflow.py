@@ -4,6 +4,7 @@ built and held to by every stage."""
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import pytest
 from support.gateway_standins import cached_parent, context, create, store_parent
@@ -96,6 +97,8 @@ def test_images_are_resolved_once_by_the_hop_or_by_a_stage() -> None:
 class Recorded(Prepared):
     """A ``Prepared`` that notes which stage reads or writes which of its fields."""
 
+    FIELDS: ClassVar[frozenset[str]] = frozenset(f.name for f in dataclasses.fields(Prepared))
+
     def __init__(self, *args) -> None:
         object.__setattr__(self, "current", None)  # the stage at work
         object.__setattr__(self, "reads", {})
@@ -112,9 +115,6 @@ class Recorded(Prepared):
         if name in Recorded.FIELDS and self.current is not None:
             self.writes.setdefault(self.current, set()).add(name)
         object.__setattr__(self, name, value)
-
-
-Recorded.FIELDS = frozenset(f.name for f in dataclasses.fields(Prepared))
 
 
 async def run_recorded(pipeline: Pipeline, p: Recorded, res: Resources) -> None:

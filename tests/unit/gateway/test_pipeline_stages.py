@@ -19,8 +19,11 @@ from support.gateway_standins import (
     create,
     message,
     prepare,
+    prompt_of,
+    response_of,
     store_parent,
 )
+from support.spans import attributes
 
 from turnpike.gateway.pipeline import request_context
 from turnpike.gateway.pipeline.prepared import Parent, Prepared
@@ -47,9 +50,10 @@ async def test_legacy_times_each_stage_in_order(engine, backends) -> None:
         "render",
         "route",
     ]
-    assert prepared.route.worker_id == "worker-1"
-    assert prepared.prompt.tokens == array("I", [1] * 3 + COMPLETION_PROMPT)
-    assert prepared.response["model"] == "sim"
+    assert prepared.route is not None and prepared.route.worker_id == "worker-1"
+    assert prompt_of(prepared).tokens == array("I", [1] * 3 + COMPLETION_PROMPT)
+    assert response_of(prepared)["model"] == "sim"
+    assert prepared.conversation is not None
     assert prepared.conversation.conversation_id == prepared.response_id
     [classify] = backends.safety.requests
     assert classify.mode == safety_pb2.FULL and not classify.fast_path
@@ -81,7 +85,7 @@ async def test_each_stage_has_its_span(engine, monkeypatch) -> None:
     spans = exporter.get_finished_spans()
     names = ["validate_history", "resolve_model", "safety", "resolve_images", "render", "route"]
     assert sorted(s.name for s in spans) == sorted(f"stage.{name}" for name in names)
-    assert {s.attributes["turnpike.pipeline"] for s in spans} == {"connection"}
+    assert {attributes(s)["turnpike.pipeline"] for s in spans} == {"connection"}
 
 
 async def test_connection_continues_from_its_cache_without_asking_again(engine, backends) -> None:
@@ -92,7 +96,8 @@ async def test_connection_continues_from_its_cache_without_asking_again(engine, 
     prepared = await prepare(engine, follow_up, CONNECTION, ctx)
     # Model and worker come from the previous turn: the router is not asked.
     assert backends.router.calls == []
-    assert prepared.model is MODEL and prepared.route.worker_id == "worker-9"
+    assert prepared.model is MODEL
+    assert prepared.route is not None and prepared.route.worker_id == "worker-9"
     # Safety scores only the new item, folded into the conversation's state.
     [classify] = backends.safety.requests
     assert classify.mode == safety_pb2.INCREMENTAL and classify.fast_path
@@ -100,9 +105,10 @@ async def test_connection_continues_from_its_cache_without_asking_again(engine, 
     assert classify.conversation_id == "resp_first"
     # Only the new item is rendered, appended to the cached tokens.
     assert backends.tokenizer.calls == [("RenderAppend", 1)]
-    assert prepared.prompt.tokens == array("I", [5] * 10 + [2] * 3 + COMPLETION_PROMPT)
+    assert prompt_of(prepared).tokens == array("I", [5] * 10 + [2] * 3 + COMPLETION_PROMPT)
     assert prepared.image_tokens == 7  # the parent's images are not resolved again
     conversation = prepared.conversation
+    assert conversation is not None
     assert conversation.affinity_key == "affinity-1" and len(conversation.items) == 3
     assert "load_conversation" in ctx.stage_ms
 
@@ -117,7 +123,8 @@ async def test_connection_without_the_parent_in_its_cache_rebuilds_from_the_stor
     [classify] = backends.safety.requests
     assert classify.mode == safety_pb2.FULL and len(classify.items) == 3
     assert backends.tokenizer.calls == [("Render", 3)]
-    assert prepared.conversation.conversation_id == "resp_parent" and prepared.image_tokens == 0
+    assert prepared.conversation is not None and prepared.image_tokens == 0
+    assert prepared.conversation.conversation_id == "resp_parent"
 
 
 async def test_sprint_keeps_model_configs_and_rendered_tokens_in_process(engine, backends) -> None:
@@ -136,7 +143,7 @@ async def test_sprint_keeps_model_configs_and_rendered_tokens_in_process(engine,
     prepared = await prepare(engine, follow_up, SPRINT)
     assert backends.router.calls == ["ResolveModel", "Route", "Route"]
     assert backends.tokenizer.calls[-1] == ("RenderAppend", 1)
-    assert prepared.prompt.tokens == array("I", [5] * 4 + [2] * 3 + COMPLETION_PROMPT)
+    assert prompt_of(prepared).tokens == array("I", [5] * 4 + [2] * 3 + COMPLETION_PROMPT)
     assert backends.safety.requests[-1].mode == safety_pb2.FULL
 
 
@@ -166,7 +173,7 @@ async def test_a_flag_is_recorded_on_the_response(engine, backends) -> None:
     backends.safety.verdict = safety_pb2.FLAG
     prepared = await prepare(engine, create(metadata={"k": "v"}), SPRINT)
     assert prepared.safety_flags == ("profanity",)
-    assert prepared.response["metadata"] == {"k": "v", "turnpike_safety_flags": "profanity"}
+    assert response_of(prepared)["metadata"] == {"k": "v", "turnpike_safety_flags": "profanity"}
 
 
 async def test_the_model_is_checked_before_later_stages_run(engine, backends) -> None:
@@ -255,12 +262,12 @@ async def test_sprint_renders_a_resent_history_by_appending_to_its_longest_known
     history += [message("assistant", "Which file?", "msg_a1"), message("user", "parse.py", "u2")]
     prepared = await prepare(engine, create(input=history), SPRINT)
     assert backends.tokenizer.calls[-1] == ("RenderAppend", 2)
-    assert prepared.prompt.tokens == array("I", [1] * 3 + [2] * 6 + COMPLETION_PROMPT)
+    assert prompt_of(prepared).tokens == array("I", [1] * 3 + [2] * 6 + COMPLETION_PROMPT)
     # The same history again: all of it is known, nothing is rendered.
     calls = len(backends.tokenizer.calls)
     again = await prepare(engine, create(input=history), SPRINT)
     assert len(backends.tokenizer.calls) == calls
-    assert again.prompt.tokens == prepared.prompt.tokens
+    assert prompt_of(again).tokens == prompt_of(prepared).tokens
     # Other instructions, another tenant, or legacy: rendered in full.
     await prepare(engine, create(input=history, instructions="be brief"), SPRINT)
     assert backends.tokenizer.calls[-1] == ("Render", 3)

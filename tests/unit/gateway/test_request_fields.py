@@ -210,12 +210,16 @@ def test_no_call_is_allowed_answers_with_a_message() -> None:
     assert isinstance(plan(max_tool_calls=1), FunctionCallAnswer)
 
 
+def message_text(items: list[cv.Item], seed: int, verbosity: str) -> str:
+    """The answer's text, with no tool to call: always a message."""
+    answer = plan_answer(items, (), "auto", seed, count_tokens, verbosity=verbosity)
+    assert isinstance(answer, MessageAnswer), answer
+    return answer.text
+
+
 def test_verbosity_sets_the_length_of_a_plain_answer() -> None:
     for seed in range(5):
-        lengths = {
-            v: count_tokens(plan_answer(ASK, (), "auto", seed, count_tokens, verbosity=v).text)
-            for v in ("low", "medium", "high")
-        }
+        lengths = {v: count_tokens(message_text(ASK, seed, v)) for v in ("low", "medium", "high")}
         assert lengths["low"] < lengths["medium"] < lengths["high"], lengths
         assert lengths["low"] <= 30 and lengths["high"] >= 60
         medium = plan_answer(ASK, (), "auto", seed, count_tokens)
@@ -224,8 +228,8 @@ def test_verbosity_sets_the_length_of_a_plain_answer() -> None:
 
 def test_verbosity_sets_how_many_closing_sentences_follow_a_tool() -> None:
     after = [*ASK, call("c1", "get_weather", "{}"), output("c1", "21C")]
-    low = plan_answer(after, (), "auto", 0, count_tokens, verbosity="low").text
-    high = plan_answer(after, (), "auto", 0, count_tokens, verbosity="high").text
+    low = message_text(after, 0, "low")
+    high = message_text(after, 0, "high")
     assert len(high) > len(low)
 
 
@@ -285,7 +289,8 @@ async def test_safety_identifier_is_set_on_the_response_span(engine) -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from support.gateway_standins import context, create, prepare
+    from support.gateway_standins import context, create, prepare, response_of
+    from support.spans import attributes
 
     from turnpike.gateway.pipeline.variants import SPRINT
 
@@ -297,8 +302,8 @@ async def test_safety_identifier_is_set_on_the_response_span(engine) -> None:
     prepared = await prepare(engine, create(safety_identifier="user-hash-1"), SPRINT, ctx)
     ctx.span.end()
     [span] = exporter.get_finished_spans()
-    assert span.attributes["turnpike.safety_identifier"] == "user-hash-1"
-    assert prepared.response["safety_identifier"] == "user-hash-1"
+    assert attributes(span)["turnpike.safety_identifier"] == "user-hash-1"
+    assert response_of(prepared)["safety_identifier"] == "user-hash-1"
 
 
 def test_top_logprobs_above_zero_is_refused() -> None:

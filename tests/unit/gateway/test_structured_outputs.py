@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import jsonschema
 import pytest
@@ -40,13 +41,13 @@ def json_schema(schema: dict, *, name: str = "answer", strict: bool = True) -> p
     )
 
 
-def answer(text_format: pb.TextFormat, items=None, tools=(), choice="", seed=0):
+def answer(text_format: pb.TextFormat | None, items=None, tools=(), choice="", seed=0):
     items = items if items is not None else [message("user", QUESTION)]
     return plan_answer(items, tools, choice, seed, count_tokens, "", text_format)
 
 
 # Strict schemas as the SDKs send them: every property required, no extra keys.
-EVENT = {
+EVENT: dict[str, Any] = {
     "type": "object",
     "properties": {
         "name": {"type": "string"},

@@ -6,7 +6,7 @@ dropped. ``"disabled"`` (the default) refuses an over-long prompt, naming ``inpu
 from __future__ import annotations
 
 import pytest
-from support.gateway_standins import create, prepare
+from support.gateway_standins import create, prepare, prompt_of, response_of
 from support.inference_items import call, message, output
 
 from turnpike.gateway.engine.timings import TIMINGS_KEY, TRUNCATION_KEY
@@ -60,12 +60,12 @@ async def test_auto_drops_the_oldest_items_until_the_prompt_fits(
 ) -> None:
     backends.tokenizer.per_item = 20  # 5 items: 100 tokens, and the completion prompt
     prepared = await prepare(engine, create(input=INPUT, truncation="auto"), pipeline)
-    prompt = prepared.prompt
+    prompt = prompt_of(prepared)
     assert prompt.truncated and prompt.dropped_ids == ("msg_a",)
-    assert [i.id for i in prompt.kept_items] == ["msg_sys", "fc_1", "fco_1", "msg_b"]
+    assert [i.id for i in prompt.kept_items or []] == ["msg_sys", "fc_1", "fco_1", "msg_b"]
     assert len(prompt.tokens) <= 100 < prompt.untruncated_tokens
-    assert prepared.response["truncation"] == "auto"
-    assert prepared.response[TIMINGS_KEY][TRUNCATION_KEY] == {
+    assert response_of(prepared)["truncation"] == "auto"
+    assert response_of(prepared)[TIMINGS_KEY][TRUNCATION_KEY] == {
         "dropped_items": ["msg_a"],
         "input_tokens_before": prompt.untruncated_tokens,
     }
@@ -74,13 +74,13 @@ async def test_auto_drops_the_oldest_items_until_the_prompt_fits(
 async def test_a_call_is_dropped_with_its_output(engine, backends) -> None:
     backends.tokenizer.per_item = 30
     prepared = await prepare(engine, create(input=INPUT, truncation="auto"), SPRINT)
-    assert prepared.prompt.dropped_ids == ("msg_a", "fc_1", "fco_1")
-    assert [i.id for i in prepared.prompt.kept_items] == ["msg_sys", "msg_b"]
+    assert prompt_of(prepared).dropped_ids == ("msg_a", "fc_1", "fco_1")
+    assert [i.id for i in prompt_of(prepared).kept_items or []] == ["msg_sys", "msg_b"]
 
 
 async def test_a_prompt_that_fits_is_left_whole(engine, backends) -> None:
     prepared = await prepare(engine, create(input=INPUT, truncation="auto"), SPRINT)
-    assert not prepared.prompt.truncated and TIMINGS_KEY not in prepared.response
+    assert not prompt_of(prepared).truncated and TIMINGS_KEY not in response_of(prepared)
 
 
 async def test_disabled_refuses_an_over_long_prompt(engine, backends) -> None:

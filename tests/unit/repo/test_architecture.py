@@ -21,7 +21,7 @@ SERVICES = sorted(p.name for p in PACKAGE_DIR.iterdir() if (p / "__main__.py").i
 
 
 def imported_modules(path: Path) -> set[str]:
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)

@@ -19,6 +19,7 @@ from turnpike.safety.policy import (
     FUNCTION_CALL_OUTPUT,
     MESSAGE,
     PROFANITY,
+    Finding,
     ItemEvidence,
     Thresholds,
     Verdict,
@@ -138,7 +139,7 @@ def test_full_verdicts(engine: SafetyEngine, name: str) -> None:
 def test_incremental_equals_full(engine: SafetyEngine, name: str, group: int) -> None:
     _, items = CONVERSATIONS[name]
     full = engine.classify("acme", "full", Mode.FULL, items)
-    findings = []
+    findings: list[Finding] = []
     for start in range(0, len(items), group):
         step = engine.classify("acme", "incr", Mode.INCREMENTAL, items[start : start + group])
         assert step.items_scored == len(items[start : start + group])

@@ -29,7 +29,7 @@ def output(item_id: str, chars: int) -> Item:
 
 
 def request(
-    mode: int, items: list[Item], fast: bool = True, tenant: str = "acme"
+    mode: safety_pb2.Mode, items: list[Item], fast: bool = True, tenant: str = "acme"
 ) -> safety_pb2.ClassifyRequest:
     return safety_pb2.ClassifyRequest(
         tenant=tenant, conversation_id="conv", mode=mode, fast_path=fast, items=items

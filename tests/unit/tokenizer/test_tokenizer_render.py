@@ -4,6 +4,7 @@ conversation render, and the append property at every split point."""
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import pytest
 from openai_harmony import (
@@ -366,7 +367,7 @@ def test_images_are_not_rendered(renderer: Renderer) -> None:
     ("items", "tools", "fragment"),
     [
         ([Item(kind=Item.KIND_UNSPECIFIED, id="x1")], [], "items[0] (id 'x1'): unknown item kind"),
-        ([Item(kind=99)], [], "items[0]: unknown item kind 99"),
+        ([Item(kind=cast(Item.Kind, 99))], [], "items[0]: unknown item kind 99"),  # no such kind
         (
             [message("user", "hi"), Item(kind=Item.FUNCTION_CALL, id="fc1", arguments="{}")],
             [],
@@ -451,17 +452,14 @@ def test_frames_are_made_once_per_shape() -> None:
     assert info.hits == 2 * len(EDGE_ITEMS) - len(shapes)
 
 
-class OtherLayout:
+class OtherLayout(HarmonyEncoding):
     """A harmony encoding that renders a message's text with a token of its own after it."""
 
     def __init__(self, encoding: HarmonyEncoding) -> None:
-        self._encoding = encoding
-
-    def __getattr__(self, name: str):
-        return getattr(self._encoding, name)
+        super().__init__(encoding._inner)  # the same encoding underneath
 
     def render(self, message: Message, options: RenderOptions | None = None) -> list[int]:
-        tokens = self._encoding.render(message, options)
+        tokens = super().render(message, options)
         text = getattr(message.content[0], "text", "")
         return [*tokens[:-1], 13, *tokens[-1:]] if text else tokens
 

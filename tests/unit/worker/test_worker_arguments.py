@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import jsonschema
 import pytest
@@ -256,7 +257,7 @@ def test_boolean_schema_true_and_missing_schema() -> None:
     assert generate_arguments({}, "x", random.Random(0)) == {}
 
 
-PATTERNS = {
+PATTERNS: dict[str, Any] = {
     "type": "object",
     "properties": {
         "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
@@ -297,7 +298,7 @@ def test_word_helpers() -> None:
     ]
 
 
-OPTIONAL = {
+OPTIONAL: dict[str, Any] = {
     "type": "object",
     "properties": {
         "query": {"type": "string"},

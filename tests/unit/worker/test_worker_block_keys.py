@@ -54,7 +54,12 @@ def test_a_reused_prefix_hashes_only_the_new_blocks(monkeypatch) -> None:
     expected = chained_keys(follow_up, "m", 64)
     hashed = []
     real = hashlib.blake2b
-    monkeypatch.setattr(hashlib, "blake2b", lambda *a, **k: hashed.append(1) or real(*a, **k))
+
+    def counting(*args, **kwargs):
+        hashed.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hashlib, "blake2b", counting)
     assert keys(follow_up, "m") == expected
     assert len(hashed) == 2
 

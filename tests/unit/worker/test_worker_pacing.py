@@ -110,7 +110,7 @@ async def test_real_time_speed_is_accurate(tps: float) -> None:
         last = time.monotonic()
         first = first or last
         tokens += chunk.tokens
-    assert tokens == count
+    assert tokens == count and first is not None and last is not None
     achieved = (count - 1) / (last - start)
     assert achieved == pytest.approx(tps, rel=0.15)
     assert first - start < 0.05

@@ -3,7 +3,7 @@ paced like it, sized by the effort, deterministic per seed, counted in usage."""
 
 from __future__ import annotations
 
-from test_worker_simulator import make_backend, request, run
+from support.simulator import make_backend, request, run
 
 from turnpike.inference.v1 import inference_pb2 as pb
 

@@ -6,55 +6,12 @@ import random
 
 import jsonschema
 import pytest
+from support.simulator import make_backend, request, run, user
 from support.tools import WEATHER_PROTO_TOOL, WEATHER_SCHEMA
 
-from turnpike import token_bytes
 from turnpike.conversation.v1 import conversation_pb2 as cv
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.worker.backends import InvalidRequestError
-from turnpike.worker.prefix_cache import PrefixCache
-from turnpike.worker.simulator import SimulatorBackend
-
-
-def user(text: str) -> cv.Item:
-    return cv.Item(kind=cv.Item.MESSAGE, role="user", text=text)
-
-
-def request(
-    items=None,
-    tools=(),
-    *,
-    prompt=(),
-    tps=4000.0,
-    ttft_ms=1.0,
-    prefill_tps=1_000_000.0,
-    max_output_tokens=0,
-    seed=1,
-    tool_choice="",
-    model="turnpike-sim",
-    tenant="dev",
-) -> pb.GenerateRequest:
-    return pb.GenerateRequest(
-        request_id="resp_1",
-        model=model,
-        tenant=tenant,
-        prompt=token_bytes.pack(prompt),
-        items=items if items is not None else [user("Tell me about Zürich cafés ☕")],
-        tools=list(tools),
-        tool_choice=tool_choice,
-        sampling=pb.SamplingParams(seed=seed, max_output_tokens=max_output_tokens),
-        tokens_per_second=tps,
-        ttft_ms=ttft_ms,
-        prefill_tokens_per_second=prefill_tps,
-    )
-
-
-def make_backend(**kwargs) -> SimulatorBackend:
-    return SimulatorBackend("worker-test", PrefixCache(1_000_000), **kwargs)
-
-
-async def run(backend: SimulatorBackend, req: pb.GenerateRequest) -> list[pb.GenerateEvent]:
-    return [event async for event in backend.generate(req)]
 
 
 def kinds(events) -> list[str]:

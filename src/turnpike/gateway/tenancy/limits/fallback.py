@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from turnpike.gateway import metrics
 from turnpike.gateway.tenancy.limits import core
 from turnpike.gateway.tenancy.limits.core import Admission, ConnectionSlot, Ticket
 from turnpike.gateway.tenancy.limits.local import LocalLimiter
 from turnpike.gateway.tenancy.limits.redis_limiter import ISSUER as REDIS
-from turnpike.gateway.tenancy.limits.redis_limiter import LimiterUnavailable, RedisLimiter
+from turnpike.gateway.tenancy.limits.redis_limiter import LimiterUnavailable
 
 if TYPE_CHECKING:
     from turnpike.gateway.tenancy.tenant_limits import TenantLimits
@@ -32,9 +32,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class SharedLimiter(core.Limiter, Protocol):
+    """The limits the processes share: ``RedisLimiter``, or a stand-in for it. It can be
+    unreachable, and can drop what it issued from the leases this process renews."""
+
+    def forget(self, held: Ticket | ConnectionSlot) -> None: ...
+
+    async def ping(self) -> bool: ...
+
+
 class FallbackLimiter:
     def __init__(
-        self, primary: RedisLimiter, local: LocalLimiter | None = None, retry_s: float = 5.0
+        self, primary: SharedLimiter, local: LocalLimiter | None = None, retry_s: float = 5.0
     ) -> None:
         self._primary = primary
         self._local = local or LocalLimiter()
