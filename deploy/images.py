@@ -9,14 +9,19 @@ registry.
    ``HAPROXY_IMAGE`` (minbase + ``haproxy``: the gateway replicas' load balancer) and
    ``CHROMIUM_IMAGE`` (chromium and chromium-driver: the dashboard's browser test,
    not part of the stack). ``JAEGER_IMAGE`` cannot be built that way; without it the
-   stack runs without Jaeger (``make up`` says so).
+   stack runs without Jaeger (``make up`` says so). The stand-ins are independent, so
+   up to STANDIN_JOBS are built at a time.
 2. The wheels of every pinned package the services need (deploy/requirements/), for
    Linux x86-64 and CPython 3.11, downloaded into deploy/.build/wheels when the pins
    change.
 3. One image per service from deploy/docker/Dockerfile (``docker build``; unchanged
    layers come from the build cache, so a rebuild after a code change takes seconds).
+   The layers every service shares are built first, once; then up to SERVICE_JOBS
+   services at a time, each finding the shared layers in the cache. They need only the
+   Python base and the wheels, so they start while the other stand-ins are built.
 
-Progress goes to stdout; each service build's full output to deploy/.build/logs/.
+Progress goes to stdout, one line per event, prefixed by its image; each build's full
+output to deploy/.build/logs/.
 Building a stand-in base needs root (debootstrap); it is installed with apt-get when
 missing.
 """
@@ -29,9 +34,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
+import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from compose import image_exists, read_env
@@ -40,7 +49,8 @@ REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "deploy" / ".build"
 REQUIREMENTS = REPO / "deploy" / "requirements"
 DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
-SERVICES = ("gateway", "safety", "tokenizer", "router", "billing", "imageres", "worker")
+# The slowest builds first, so that none of them is left to finish alone.
+SERVICES = ("gateway", "safety", "worker", "tokenizer", "imageres", "billing", "router")
 
 DEBIAN_SUITE = "bookworm"
 PULL_TIMEOUT_S = 60
@@ -53,10 +63,40 @@ WHEEL_PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 4, -1)] 
 # What `docker build` must never see from the caller's environment: BuildKit needs the
 # buildx plugin, which a plain engine install may lack; the classic builder is enough.
 BUILD_ENV = {"DOCKER_BUILDKIT": "0"}
+# Builds at a time, of each kind. Each build waits now and then (the network, the disk, the
+# Docker daemon), so three at a time keep even two cores busy; more would only queue.
+STANDIN_JOBS = 3
+SERVICE_JOBS = 3
+# Root file systems go to a tmpfs only with this much memory available (bytes): three at a
+# time, the Chromium one among them, take up to about 2 GB.
+SCRATCH_MIN_MEMORY = 4 << 30
+
+_say_lock = threading.Lock()
 
 
 def say(message: str) -> None:
-    print(f"[images] {message}", flush=True)
+    with _say_lock:  # whole lines, whichever build thread speaks
+        sys.stdout.write(f"[images] {message}\n")
+        sys.stdout.flush()
+
+
+@contextmanager
+def started(
+    jobs: Iterable[tuple[str, Callable[[], object]]], workers: int
+) -> Iterator[dict[str, Future]]:
+    """Start the named jobs, ``workers`` at a time, in the given order; their futures by
+    name while they run. Leaving waits for them all; the first failure cancels the jobs
+    not yet started and is raised once the running ones have ended."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {name: pool.submit(job) for name, job in jobs}
+        try:
+            yield futures
+            for future in as_completed(futures.values()):
+                future.result()
+        except BaseException:
+            for future in futures.values():
+                future.cancel()
+            raise
 
 
 # -- configuration -------------------------------------------------------------------------
@@ -106,6 +146,7 @@ class StandIn:
     owned_dirs: tuple[str, ...] = ()
 
 
+# Built in this order, the slowest first.
 STANDINS = {
     # A test tool, not part of the stack: headless Chromium driven over WebDriver by the
     # dashboard's browser test (chromedriver on 9515, reachable from outside the container).
@@ -233,43 +274,98 @@ def prune(rootfs: Path) -> None:
     (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").write_text(DPKG_SLIM)
 
 
-def remove_rootfs(rootfs: Path) -> None:
-    """Delete a root file system, after unmounting what a failed debootstrap may have left
-    mounted in it (/proc, /sys), deepest first: never delete through a mount."""
+def unmount_inside(folder: Path) -> None:
+    """Unmount what is mounted below folder, deepest first (a failed debootstrap may leave
+    /proc and /sys mounted in its root file system)."""
     mounts = Path("/proc/mounts").read_text().splitlines() if Path("/proc/mounts").exists() else []
-    inside = [m.split()[1] for m in mounts if m.split()[1].startswith(f"{rootfs}/")]
+    inside = [m.split()[1] for m in mounts if m.split()[1].startswith(f"{folder}/")]
     for mountpoint in sorted(inside, key=len, reverse=True):
         subprocess.run(["umount", "--lazy", mountpoint], check=True)
+
+
+def remove_rootfs(rootfs: Path) -> None:
+    """Delete a root file system, never through a mount."""
+    unmount_inside(rootfs)
     if rootfs.exists():
         shutil.rmtree(rootfs)
 
 
-def owned_dirs(standin: StandIn, rootfs: Path) -> list[tarfile.TarInfo]:
-    """Tar entries of ``standin.owned_dirs``, owned by the user its USER change names."""
+def available_memory() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+@contextmanager
+def scratch(folder: Path) -> Iterator[None]:
+    """``folder`` in memory (a tmpfs) while the stand-ins are built, when there is room and
+    mounting works; else on the disk. dpkg syncs every file it unpacks, which costs
+    debootstrap nearly a third of its time on a disk, and the trees are deleted once
+    imported anyway."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = (
+        available_memory() >= SCRATCH_MIN_MEMORY
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(folder)], capture_output=True
+        ).returncode
+        == 0
+    )
+    say(f"stand-ins: root file systems {'in memory (tmpfs)' if mounted else 'on the disk'}")
+    try:
+        yield
+    finally:
+        if mounted:
+            unmount_inside(folder)
+            subprocess.run(["umount", "--lazy", str(folder)], check=True)
+
+
+def own_cache(kind: str) -> Path:
+    """A package cache for one debootstrap, seeded with hard links to the shared one
+    (deploy/.build/debs). Concurrent runs cannot share a cache folder: debootstrap
+    downloads straight to the final file name, where another run may be reading it."""
+    shared = BUILD / "debs"
+    own = shared / kind
+    if own.exists():
+        shutil.rmtree(own)
+    own.mkdir(parents=True)
+    for deb in shared.glob("*.deb"):
+        os.link(deb, own / deb.name)
+    return own
+
+
+def share_downloads(own: Path) -> None:
+    """Move what a successful debootstrap downloaded (or downloaded again, its checksum
+    having failed) from its own cache into the shared one, then delete its own."""
+    for deb in own.glob("*.deb"):
+        shared = own.parent / deb.name
+        if not (shared.exists() and shared.samefile(deb)):
+            os.replace(deb, shared)
+    shutil.rmtree(own)
+
+
+def make_owned_dirs(standin: StandIn, rootfs: Path) -> None:
+    """Create ``standin.owned_dirs``, owned by the user its USER change names."""
     if not standin.owned_dirs:
-        return []
+        return
     user = next(c.split()[1] for c in standin.changes if c.startswith("USER "))
     entry = next(
         line.split(":")
         for line in (rootfs / "etc/passwd").read_text().splitlines()
         if line.split(":")[0] == user
     )
-    entries = []
     for relative in standin.owned_dirs:
-        info = tarfile.TarInfo(f"./{relative}")
-        info.type, info.mode = tarfile.DIRTYPE, 0o755
-        info.uid, info.gid, info.uname, info.gname = int(entry[2]), int(entry[3]), user, user
-        entries.append(info)
-    return entries
+        folder = rootfs / relative
+        folder.mkdir(exist_ok=True)
+        folder.chmod(0o755)
+        os.chown(folder, int(entry[2]), int(entry[3]))
 
 
 def build_standin(standin: StandIn, image: str) -> None:
-    ensure_debootstrap()
     rootfs = BUILD / "rootfs" / standin.kind
-    debs = BUILD / "debs"  # downloaded packages, shared by every stand-in
-    debs.mkdir(parents=True, exist_ok=True)
     remove_rootfs(rootfs)
     rootfs.parent.mkdir(parents=True, exist_ok=True)
+    debs = own_cache(standin.kind)
     say(
         f"{image}: building a stand-in from Debian {DEBIAN_SUITE} packages: minbase + "
         f"{', '.join(standin.packages)} (debootstrap: a minute, a few for a large one)"
@@ -290,8 +386,11 @@ def build_standin(standin: StandIn, image: str) -> None:
     with log.open("w") as out:
         done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:
-        raise SystemExit(f"[images] debootstrap failed; see {log}:\n{tail(log)}")
+        shutil.rmtree(debs)  # what it downloaded may be cut short
+        raise SystemExit(f"[images] debootstrap of {image} failed; see {log}:\n{tail(log)}")
+    share_downloads(debs)
     prune(rootfs)
+    make_owned_dirs(standin, rootfs)
     description = (
         f"Stand-in for {image}, built locally from Debian {DEBIAN_SUITE} packages "
         f"(debootstrap minbase + {' '.join(standin.packages)})"
@@ -301,18 +400,18 @@ def build_standin(standin: StandIn, image: str) -> None:
         f'LABEL org.opencontainers.image.description="{description}"',
         f"LABEL org.turnpike.stand-in={standin.kind}",
     ]
-    importer = subprocess.Popen(
+    # GNU tar streams the tree several times faster than Python's tarfile.
+    tar = subprocess.Popen(
+        ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", "-", "."], stdout=subprocess.PIPE
+    )
+    assert tar.stdout is not None
+    imported = subprocess.run(
         ["docker", "import", *(arg for c in changes for arg in ("--change", c)), "-", image],
-        stdin=subprocess.PIPE,
+        stdin=tar.stdout,
         stdout=subprocess.DEVNULL,
     )
-    assert importer.stdin is not None
-    with tarfile.open(fileobj=importer.stdin, mode="w|") as tar:
-        tar.add(rootfs, arcname=".")
-        for folder in owned_dirs(standin, rootfs):
-            tar.addfile(folder)
-    importer.stdin.close()
-    if importer.wait() != 0:
+    tar.stdout.close()
+    if tar.wait() != 0 or imported.returncode != 0:
         raise SystemExit(f"[images] docker import of {image} failed")
     remove_rootfs(rootfs)
     say(
@@ -321,9 +420,27 @@ def build_standin(standin: StandIn, image: str) -> None:
     )
 
 
-def ensure_third_party(env: dict[str, str]) -> dict[str, str]:
-    """Each third-party image's state: present, pulled, built (a stand-in) or missing."""
+@contextmanager
+def standins_built(wanted: dict[str, StandIn]) -> Iterator[dict[str, Future]]:
+    """Build the stand-ins in the background, up to STANDIN_JOBS at a time, the slowest
+    first, each in its own root file system with its own package cache; their futures by
+    image meanwhile. Leaving waits for them all."""
+    if not wanted:
+        yield {}
+        return
+    ensure_debootstrap()
+    order = list(STANDINS)
+    ordered = sorted(wanted.items(), key=lambda item: order.index(item[1].kind))
+    jobs = [(image, partial(build_standin, standin, image)) for image, standin in ordered]
+    with scratch(BUILD / "rootfs"), started(jobs, STANDIN_JOBS) as futures:
+        yield futures
+
+
+def check_third_party(env: dict[str, str]) -> tuple[dict[str, str], dict[str, StandIn]]:
+    """Each third-party image's state (present, pulled, stand-in built or missing), and the
+    stand-ins to build."""
     states = {}
+    wanted: dict[str, StandIn] = {}  # the stand-ins to build
     for key, kind in (
         ("PYTHON_IMAGE", "python"),
         ("REDIS_IMAGE", "redis"),
@@ -336,7 +453,7 @@ def ensure_third_party(env: dict[str, str]) -> dict[str, str]:
         elif try_pull(image):
             states[image] = "pulled"
         else:
-            build_standin(STANDINS[kind], image)
+            wanted[image] = STANDINS[kind]
             states[image] = "stand-in built"
     jaeger = env["JAEGER_IMAGE"]
     if image_exists(jaeger):
@@ -352,9 +469,9 @@ def ensure_third_party(env: dict[str, str]) -> dict[str, str]:
         )
     # Turnpike's own test tool (the browser test): built once, never pulled.
     if not image_exists(chromium := env["CHROMIUM_IMAGE"]):
-        build_standin(STANDINS["chromium"], chromium)
+        wanted[chromium] = STANDINS["chromium"]
         states[chromium] = "stand-in built"
-    return states
+    return states, wanted
 
 
 # -- wheels ------------------------------------------------------------------------------------
@@ -404,10 +521,11 @@ def tail(path: Path, lines: int = 40) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def build_service(env: dict[str, str], service: str, index: int, total: int) -> float:
-    image = service_image(env, service)
-    say(f"[{index}/{total}] {image}: building")
-    log = BUILD / "logs" / f"{service}.log"
+def docker_build(env: dict[str, str], name: str, *args: str) -> float:
+    """One ``docker build`` of the Dockerfile, the repository as its context, its output into
+    deploy/.build/logs/<name>.log; the seconds it took. A failure ends the run with the
+    log's last lines."""
+    log = BUILD / "logs" / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     begin = time.monotonic()
     with log.open("w") as out:
@@ -420,21 +538,37 @@ def build_service(env: dict[str, str], service: str, index: int, total: int) -> 
                 str(DOCKERFILE),
                 "--build-arg",
                 f"PYTHON_IMAGE={env['PYTHON_IMAGE']}",
-                "--build-arg",
-                f"SERVICE={service}",
-                "--tag",
-                image,
+                *args,
                 str(REPO),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **BUILD_ENV},
         )
-    elapsed = time.monotonic() - begin
     if done.returncode != 0:
-        raise SystemExit(f"[images] building {image} failed; last lines of {log}:\n{tail(log)}")
+        raise SystemExit(f"[images] building {name} failed; last lines of {log}:\n{tail(log)}")
+    return time.monotonic() - begin
+
+
+def build_service(env: dict[str, str], service: str, index: int, total: int) -> None:
+    image = service_image(env, service)
+    say(f"[{index}/{total}] {image}: building")
+    elapsed = docker_build(env, service, "--build-arg", f"SERVICE={service}", "--tag", image)
     say(f"[{index}/{total}] {image}: built in {elapsed:.1f} s, {image_size_mb(image):.0f} MB")
-    return elapsed
+
+
+def build_services(env: dict[str, str], services: list[str]) -> None:
+    """The stages every service shares first, once (untagged: the cache of the service
+    builds), so that concurrent service builds find the same layers instead of each
+    building its own copy; then the services, up to SERVICE_JOBS at a time."""
+    say(f"building {len(services)} service image(s) with deploy/docker/Dockerfile")
+    say("shared stages (common, base): building")
+    elapsed = docker_build(env, "base", "--target", "base")
+    say(f"shared stages (common, base): built in {elapsed:.1f} s")
+    total = len(services)
+    jobs = [(s, partial(build_service, env, s, i, total)) for i, s in enumerate(services, 1)]
+    with started(jobs, SERVICE_JOBS):
+        pass  # leaving waits for every build
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -451,12 +585,14 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("[images] no Docker engine answers (docker info failed)")
     begin = time.monotonic()
     env = read_env()
-    states = ensure_third_party(env)
-    ensure_wheels()
-    services = args.services or list(SERVICES)
-    say(f"building {len(services)} service image(s) with deploy/docker/Dockerfile")
-    for index, service in enumerate(services, 1):
-        build_service(env, service, index, len(services))
+    states, wanted = check_third_party(env)
+    # The service images need the Python base and the wheels only: they are built while
+    # the other stand-ins still are.
+    with standins_built(wanted) as standins:
+        ensure_wheels()
+        if python_base := standins.get(env["PYTHON_IMAGE"]):
+            python_base.result()
+        build_services(env, args.services or list(SERVICES))
     for image, state in states.items():
         say(f"{image}: {state}")
     say(f"done in {time.monotonic() - begin:.0f} s")
