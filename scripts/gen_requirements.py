@@ -65,7 +65,7 @@ wsproto (uvicorn's WebSocket implementation here: a refused upgrade logs no erro
 websockets (uvicorn's [standard] extras that serve requests; none of its reload tools),
 orjson (its JSON in and out), Pillow (the gateway resolves images in-process:
 turnpike.image_resolution), redis (the optional shared response store), and PyYAML with
-jsonschema (the tenants file, read and checked against its schema: turnpike.gateway.tenancy.tenants), and
+jsonschema (the tenants file, read and checked against its schema: turnpike.gateway.tenancy.tenants_file), and
 cryptography (the server-key AEAD that seals compaction items: turnpike.gateway.sealed.sealing), and
 pypdfium2 (PDFium: the text of inline PDF input files, read by turnpike.gateway.upstream.pdf_worker).""",
     "safety": """\

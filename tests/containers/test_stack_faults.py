@@ -9,8 +9,8 @@ import time
 import httpx
 import pytest
 from openai import OpenAI
+from support.wire import TERMINAL
 
-TERMINAL = ("response.completed", "response.failed", "response.incomplete", "error")
 # docker stop: SIGTERM, the worker drains for TURNPIKE_SHUTDOWN_GRACE_S (5 s in .env) and
 # then cuts what is left; a long answer (about 1000 tokens at 65 tokens/s, 15 s) is still
 # streaming by then.

@@ -29,6 +29,7 @@ from support.gateway_process import start_gateway, stop
 from support.gateway_standins import StandIns, context, create, message, prepare
 from support.openresponses import validate_error_body
 from support.procs import free_port, start_service
+from support.wire import TERMINAL
 from websockets.sync.client import connect as ws_connect
 
 from turnpike.catalogue import service
@@ -269,7 +270,6 @@ def test_a_new_conversation_past_the_bound_is_refused(bounded) -> None:
 # each for a few hundred tokens, and with truncation "auto" the context window never
 # stops it. Only the bytes bound does, before the whole history reaches safety.
 SPACES = " " * 100_000
-TERMINAL = ("error", "response.completed", "response.incomplete", "response.failed")
 
 
 def chain_body(previous: str | None) -> dict:

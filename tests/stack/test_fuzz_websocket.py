@@ -26,6 +26,7 @@ from support.fuzz_gateway import MAX_BYTES, FuzzGateway, start_fuzz_gateway, sto
 from support.gateway_process import stop
 from support.openresponses import validate_ws_event
 from support.procs import free_port, start_service
+from support.wire import TERMINAL
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
@@ -41,7 +42,6 @@ FUZZ = settings(
     derandomize=True,
     database=None,
 )
-TERMINAL = {"response.completed", "response.failed", "response.incomplete", "error"}
 # A response that ran: 16 output tokens often end it incomplete (max_output_tokens).
 RAN = {"response.completed", "response.incomplete"}
 VALID = {"type": "response.create", "model": "turnpike-sim-4000", "max_output_tokens": 16}

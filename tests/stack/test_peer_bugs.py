@@ -27,13 +27,14 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from support.openresponses import validate_response_object, validate_ws_event
+from support.raw_calls import until_terminal
+from support.wire import TERMINAL
 from websockets.sync.client import connect as ws_connect
 
 from turnpike.devstack import LocalStack, StackConfig
 
 LONG_ANSWER = "Describe the weather of every city you know, in 1000 words."
 SLOW_MODEL = "turnpike-sim-65"  # 65 tokens/s: a stream that lasts long enough to cut
-TERMINAL = ("response.completed", "response.failed", "response.incomplete", "error")
 FAILURE_WITHIN_S = 30.0
 
 
@@ -58,40 +59,30 @@ def ws(local: LocalStack, key: str):
     )
 
 
-def until_terminal(sock, timeout: float = 60.0) -> list[dict]:
-    events = []
-    while True:
-        event = json.loads(sock.recv(timeout=timeout))
-        validate_ws_event(event)
-        events.append(event)
-        if event["type"] in TERMINAL:
-            return events
-
-
 def test_another_keys_response_cannot_be_continued_over_websocket(own_stack: LocalStack) -> None:
     with ws(own_stack, "sk-peer-alice") as alice:
         alice.send(json.dumps({"type": "response.create", "input": "A secret plan."}))
-        first = until_terminal(alice)[-1]
+        first = until_terminal(alice, 60)[-1]
         assert first["type"] == "response.completed"
         rid = first["response"]["id"]
     with ws(own_stack, "sk-peer-bob") as bob:
         bob.send(
             json.dumps({"type": "response.create", "input": "Go on.", "previous_response_id": rid})
         )
-        refused = until_terminal(bob)[-1]
+        refused = until_terminal(bob, 60)[-1]
         assert refused["type"] == "error"
         assert refused["error"]["code"] == "previous_response_not_found"
         assert refused["error"]["param"] == "previous_response_id"
         assert "secret" not in json.dumps(refused).lower()
         # The socket is still Bob's to use.
         bob.send(json.dumps({"type": "response.create", "input": "Hello."}))
-        assert until_terminal(bob)[-1]["type"] == "response.completed"
+        assert until_terminal(bob, 60)[-1]["type"] == "response.completed"
     # Alice continues her own, on a new connection (the chained path, from the store).
     with ws(own_stack, "sk-peer-alice") as alice:
         alice.send(
             json.dumps({"type": "response.create", "input": "Go on.", "previous_response_id": rid})
         )
-        assert until_terminal(alice)[-1]["type"] == "response.completed"
+        assert until_terminal(alice, 60)[-1]["type"] == "response.completed"
 
 
 def _sse_events(reply: httpx.Response) -> Iterator[dict]:

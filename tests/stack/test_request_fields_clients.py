@@ -17,8 +17,9 @@ from openai import OpenAI
 from openai.types.responses import ResponseInputItemParam
 from support.openresponses import validate_response_object
 from support.pdf import minimal_pdf
-from support.sdk import TERMINAL, response_usage, turnpike_fields
+from support.sdk import response_usage, turnpike_fields
 from support.tools import READ_FILE_TOOL, WEATHER_TOOL
+from support.wire import TERMINAL
 
 pytestmark = pytest.mark.stack
 

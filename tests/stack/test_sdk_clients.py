@@ -17,6 +17,7 @@ from support.openresponses import (
     validate_ws_event,
 )
 from support.tools import WEATHER_TOOL, only_call, tool_result
+from support.wire import TERMINAL
 
 pytestmark = pytest.mark.stack
 
@@ -233,9 +234,6 @@ async def test_openai_agents_runs_a_tool_loop_over_websocket(stack):
     calls, result = await run_weather_agent(stack, websocket=True)
     assert calls, "the agent called the tool"
     assert "sunny" in result.final_output
-
-
-TERMINAL = ("response.completed", "response.failed", "response.incomplete", "error")
 
 
 def read_terminals(conn, count: int) -> list:

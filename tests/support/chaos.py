@@ -18,8 +18,8 @@ from typing import Any
 
 import openai
 from openai import OpenAI
-from support.sdk import TERMINAL
 from support.tools import WEATHER_TOOL, tool_result
+from support.wire import TERMINAL
 
 MODEL = "turnpike-sim-4000"
 REPLICA_HEADER = "x-turnpike-replica"

@@ -6,7 +6,7 @@ return it typed, so a test reads ``text_of(item)`` rather than narrowing it firs
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, cast
+from typing import Any, cast
 
 from openai.resources.responses.responses import ResponsesConnection
 from openai.types.conversations import ConversationItem
@@ -24,13 +24,12 @@ from openai.types.responses import (
     ResponseUsage,
 )
 from pydantic import BaseModel
+from support.wire import TERMINAL
 
 # An item wherever the API lists one: a conversation's items, a response's input items
 # (GET /responses/{id}/input_items) or its output; and a message among them.
 AnyItem = ConversationItem | ResponseItem | ResponseOutputItem
 MessageItem = ConversationMessage | ResponseInputMessageItem | ResponseOutputMessage
-# The events that end a turn over WebSocket (Final: mypy narrows an event by them).
-TERMINAL: Final = ("response.completed", "response.failed", "response.incomplete", "error")
 
 
 def user(text: str) -> ResponseInputItemParam:

@@ -57,9 +57,7 @@ class TurnDriver:
             for event in self._compact_if_over(prepared, events):
                 queue.emit(event)
             if prepared.request.compact_now:  # the compaction item is the whole answer
-                assert prepared.prompt is not None
-                compacted = len(prepared.prompt.tokens) + (prepared.image_tokens or 0)
-                terminal = [events.completed(usage(compacted, 0, 0))]
+                terminal = [events.completed(usage(prepared.input_tokens, 0, 0))]
             elif not prepared.request.generate:
                 terminal = [events.completed(usage(0, 0, 0))]
             else:
@@ -74,10 +72,8 @@ class TurnDriver:
                     if done is not None:
                         terminal = done
                     else:
-                        assert prepared.prompt is not None
-                        prompt_tokens = len(prepared.prompt.tokens) + (prepared.image_tokens or 0)
                         terminal = events.cancelled(
-                            usage(prompt_tokens, 0, generation.output_tokens)
+                            usage(prepared.input_tokens, 0, generation.output_tokens)
                         )
         except StoreUnavailable as err:
             log.warning("response %s failed: %s", queue.response_id, err)
@@ -99,8 +95,7 @@ class TurnDriver:
             return []
         # A compaction_trigger item compacts whatever the size (turnpike.gateway.sealed.compaction).
         if not prepared.request.compact_now and (
-            threshold is None
-            or len(prepared.prompt.tokens) + (prepared.image_tokens or 0) <= threshold
+            threshold is None or prepared.input_tokens <= threshold
         ):
             return []
         items = [*prepared.conversation.history, *prepared.request.input_items]

@@ -93,6 +93,12 @@ class Prepared:
     response: dict[str, Any] | None = None
     policy: Policy | None = None
 
+    @property
+    def input_tokens(self) -> int:
+        """The prompt's tokens, its images' included (render must have run)."""
+        assert self.prompt is not None
+        return len(self.prompt.tokens) + (self.image_tokens or 0)
+
 
 GIVEN = frozenset({"request", "ctx", "response_id"})
 SET_BY_ENGINE = frozenset({"response", "policy"})
