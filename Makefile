@@ -83,15 +83,11 @@ run: venv
 docs:
 	$(PYTHON) scripts/check_docs.py
 
-# With a Docker engine, the images come first: the container tests (tests/containers) run
-# against them. Without one, those tests are skipped and say why.
-test: venv
-	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
-	$(PY) -m mypy
-	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory images; \
-	else echo "No Docker engine answers: the container tests will be skipped."; fi
-	$(PY) -m pytest
+# Lint, the images, the local tests (on TEST_WORKERS xdist workers) at once; the container
+# tests (tests/containers) once the images are built. Without a Docker engine those are
+# skipped and say why. Logs in var/test/; see scripts/test_suite.py.
+test: requirements
+	$(PY) scripts/test_suite.py
 
 # The unit tests (tests/unit/<package>): in-process, no stack, no processes, no containers.
 # tests/stack holds the tests that start processes; tests/containers those of the containers.

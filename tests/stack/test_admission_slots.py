@@ -14,6 +14,7 @@ import base64
 import json
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -136,9 +137,10 @@ def test_a_refused_websocket_create_gives_its_slot_back(gateway) -> None:
 def test_readyz_says_not_ready_while_no_response_can_be_admitted(gateway) -> None:
     """BOUND long streams fill the process: /readyz answers 503 until one ends."""
     base, metrics_url = gateway
-    body = {"input": "write a long story", "stream": True, "max_output_tokens": 4000}
-    model = {"model": "turnpike-sim-65"}  # 65 tokens/s: each stream lasts a minute
+    body = {"input": "write a story in 2000 words", "stream": True, "max_output_tokens": 4000}
+    model = {"model": "turnpike-sim-65"}  # 65 tokens/s: each stream lasts half a minute
     streams: list[httpx.Response] = []
+    readers: list[Iterator[str]] = []  # kept: a reader collected closes its stream
     client = httpx.Client(headers={"Authorization": f"Bearer {ALICE}"}, timeout=60)
     try:
         for _ in range(BOUND):
@@ -146,6 +148,9 @@ def test_readyz_says_not_ready_while_no_response_can_be_admitted(gateway) -> Non
             stream = client.send(request, stream=True)
             assert stream.status_code == 200
             streams.append(stream)
+            readers.append(stream.iter_lines())
+            # The headers leave before the turn begins; its first event means it is counted.
+            assert "response.created" in next(readers[-1])
         ready = httpx.get(f"{base}/readyz", timeout=10)
         assert ready.status_code == 503, ready.text
         assert ready.json()["admission"] == {"in_flight": BOUND, "bound": BOUND}

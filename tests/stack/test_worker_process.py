@@ -187,6 +187,12 @@ WORKER_FAMILIES = {
 }
 
 
+def paced(*streams: list) -> int:
+    """The streams with a decode rate: tokens after the first delta. On a busy machine a
+    late first wake-up may find every token due at once, and that stream has none."""
+    return sum(sum(e.HasField("delta") for e in events) > 1 for events in streams)
+
+
 async def test_worker_process_serves_its_metrics(start_worker) -> None:
     metrics_port = free_port()
     _, address = start_worker(TURNPIKE_WORKER_METRICS_PORT=str(metrics_port))
@@ -219,7 +225,7 @@ async def test_worker_process_serves_its_metrics(start_worker) -> None:
     assert value(lookups, result="miss", **sim) == value(lookups, result="hit", **sim) == 1
     assert value("turnpike_worker_prefix_cache_hit_tokens_total", **sim) == 448
     assert value("turnpike_worker_prefill_tokens_per_second_count", **sim) == 2
-    assert value("turnpike_worker_decode_tokens_per_second_count", **sim) == 2
+    assert value("turnpike_worker_decode_tokens_per_second_count", **sim) == paced(first, again)
     assert value("turnpike_worker_queue_depth", **sim) == 0
     assert value("turnpike_worker_running_requests", **sim) == 0
     rpc = {"grpc_service": SERVICE_NAME, "grpc_method": "Generate"}
@@ -261,7 +267,9 @@ async def test_a_request_waits_then_runs_and_its_work_is_counted() -> None:
     assert (misses.change, hits.change) == (1, 1)
     assert prefilled.change == 500 + 52
     assert output.change == sum(e.finished.usage.output_tokens for e in (events[-1], again[-1]))
-    assert prefill_rates.change == decode_rates.change == 2
-    # The tokens after the first delta over the time after it: about the model's speed (a
+    assert prefill_rates.change == 2
+    streams = paced(events, again)
+    assert decode_rates.change == streams
+    # The tokens after the first delta over the time after it: at most the model's speed (a
     # token leaves no earlier than due, later when the event loop wakes late).
-    assert 500 < decode_sum.change / 2 < 1_200
+    assert not streams or 0 < decode_sum.change / streams < 1_200
