@@ -5,6 +5,8 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from turnpike.gateway.api.websocket_protocol import (
     CloseConnection,
     SendEvent,
@@ -188,6 +190,25 @@ def test_unknown_event_type():
         only_error(session().on_frame('{"type":"response.cancel"}'))["error"]["code"]
         == "unknown_event_type"
     )
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        {"type": "response.processed", "response_id": "resp_1"},
+        {"type": "response.processed", "response_id": "not-an-id"},  # unknown: still ignored
+        {"type": "response.processed"},
+    ],
+)
+def test_an_acknowledgement_is_ignored(frame: dict) -> None:
+    ws = session()
+    assert ws.on_frame(json.dumps(frame)) == []
+    assert not ws.closed and isinstance(ws.on_frame(create())[0], StartResponse)
+
+
+def test_an_unknown_event_type_is_an_error_on_its_lane():
+    event = only_error(session().on_frame('{"type":"response.later","stream_id":"lane-2"}'))
+    assert event["stream_id"] == "lane-2" and event["error"]["code"] == "unknown_event_type"
 
 
 def test_frame_limit_counts_utf8_bytes_not_characters():

@@ -23,7 +23,10 @@ without one, as python-websockets tests its protocol core:
 - when the client goes away, creates still waiting are dropped (no one would read
   them); running responses finish (``on_disconnect``);
 - a frame over ``max_frame_bytes`` (UTF-8 bytes, as on the wire) is refused;
-- request-level errors are ``error`` events echoing the lane; the socket stays open.
+- request-level errors are ``error`` events echoing the lane; the socket stays open;
+- acknowledgements (``response.processed``, which Codex sends once it has committed a
+  response) are ignored, whatever id they name; any other unknown type is an ``error``
+  event on its lane, never a close.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from turnpike.gateway.state.connection_cache import ConnectionCache
 
 # Close code 1001, going away: the official clients reconnect on it.
 CLOSE_GOING_AWAY = 1001
+# Client events that only acknowledge: nothing to answer, nothing to check.
+ACKNOWLEDGEMENTS = frozenset({"response.processed"})
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,8 @@ class WsSession:
                 return self._on_create(body, now)
             if kind == "response.steer":
                 return [SendEvent(self._steer_failed(body))]
+            if kind in ACKNOWLEDGEMENTS:
+                return []
             if not isinstance(kind, str):
                 raise invalid(
                     "Missing required parameter: 'type'.", "type", "missing_required_parameter"
