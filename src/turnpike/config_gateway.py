@@ -246,6 +246,13 @@ class GatewaySettings(EnvSettings):
     ws_max_lanes: Integer = setting(
         "TURNPIKE_WS_MAX_LANES", 32, "Lanes (response chains) of one connection.", ge=1
     )
+    ws_max_pending_steers: Integer = setting(
+        "TURNPIKE_WS_MAX_PENDING_STEERS",
+        8,
+        "response.steer inputs one response may have queued; one more is refused "
+        "(too_many_pending_steers).",
+        ge=1,
+    )
     ws_max_lifetime_s: Number = setting(
         "TURNPIKE_WS_MAX_LIFETIME_S", 3600.0, "Seconds a WebSocket connection may live.", gt=0
     )

@@ -13,6 +13,7 @@ from openai import OpenAI
 from support.background import start_long_response, stream_then_drop
 from support.openresponses import validate_response_object, validate_stream_event
 from support.sdk import message, response_usage, text_of
+from support.usage_totals import billed_after, usage_totals
 
 pytestmark = pytest.mark.stack
 
@@ -21,13 +22,6 @@ TERMINAL = {"completed", "incomplete", "failed", "cancelled"}
 
 def client(stack, tenant="dev") -> OpenAI:
     return OpenAI(base_url=stack.base_url, api_key=stack.api_keys[tenant], max_retries=0)
-
-
-def usage(stack, tenant):
-    headers = {"Authorization": f"Bearer {stack.api_keys[tenant]}"}
-    reply = httpx.get(f"{stack.base_url}/usage", headers=headers, timeout=10)
-    assert reply.status_code == 200
-    return reply.json()
 
 
 def running_on_workers(stack) -> float:
@@ -63,16 +57,6 @@ def poll(c: OpenAI, response_id: str, timeout: float = 30):
         time.sleep(0.1)
 
 
-def billed_after(stack, tenant, before, responses: int):
-    """The tenant's totals once ``responses`` more were billed (billing is asynchronous)."""
-    deadline = time.monotonic() + 15
-    while True:
-        after = usage(stack, tenant)
-        if after["responses"] - before["responses"] >= responses or time.monotonic() > deadline:
-            return after
-        time.sleep(0.1)
-
-
 def test_a_background_response_returns_at_once_and_is_polled_to_completion(stack):
     c = client(stack)
     created = c.responses.create(model="turnpike-sim", input="Write 500 tokens", background=True)
@@ -93,7 +77,7 @@ def test_background_needs_store(stack):
 
 
 def test_cancelling_stops_generation_and_bills_what_was_generated(stack):
-    before = usage(stack, "alice")
+    before = usage_totals(stack, "alice")
     c = client(stack, "alice")
     created, polled = start_long_response(c)
     time.sleep(0.5)

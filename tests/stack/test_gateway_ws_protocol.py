@@ -24,8 +24,8 @@ class Session(WsSession):
     def on_frame(self, data, now=T0):
         return super().on_frame(data, now)
 
-    def on_response_done(self, request, now=T0):
-        return super().on_response_done(request, now)
+    def on_response_done(self, request, now=T0, ended=None):
+        return super().on_response_done(request, now, ended)
 
 
 def session(**kw):
@@ -177,12 +177,14 @@ def test_invalid_request_echoes_the_lane():
     assert event["stream_id"] == "z" and event["error"]["param"] == "temperature"
 
 
-def test_steer_is_answered_with_steering_not_supported():
+def test_a_steer_naming_no_response_of_the_connection_is_response_not_found():
     [action] = session().on_frame(
         json.dumps({"type": "response.steer", "previous_response_id": "resp_1", "input": "x"})
     )
+    assert isinstance(action, SendEvent)
     assert action.event["type"] == "response.steer.failed"
-    assert action.event["error"]["code"] == "steering_not_supported"
+    assert action.event["error"]["code"] == "response_not_found"
+    assert action.event["steer"] == {"input": "x", "previous_response_id": "resp_1"}
 
 
 def test_unknown_event_type():

@@ -19,13 +19,19 @@ from turnpike.gateway.api.websocket_protocol import (
     StartResponse,
     WsSession,
 )
+from turnpike.gateway.api.websocket_steering import (
+    Ended,
+    SteerRunning,
+    ended_from,
+    successor_failed,
+)
 from turnpike.gateway.observability import access_log
 from turnpike.gateway.observability.tracing import response_span
 from turnpike.gateway.pipeline.request_context import RequestContext
 from turnpike.gateway.pipeline.variants import Pipeline
 from turnpike.gateway.protocol.errors import ApiError, server_error, store_unavailable
 from turnpike.gateway.protocol.json_codec import dumps
-from turnpike.gateway.protocol.request import CreateRequest
+from turnpike.gateway.protocol.steering import SteerSignal
 from turnpike.gateway.state.responses import StoreUnavailable
 from turnpike.gateway.tenancy.admission import connection_refused
 from turnpike.gateway.wiring import Gateway
@@ -35,6 +41,8 @@ router = APIRouter()
 
 # What sending on a socket the client has closed raises.
 GONE = (WebSocketDisconnect, WebSocketDisconnected)
+# A response's last event (an ``error`` comes before any response.created).
+TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
 
 class Connection:
@@ -51,6 +59,8 @@ class Connection:
         self.open = True
         self._send_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
+        # The running responses' steer signals, by response id.
+        self._signals: dict[str, SteerSignal] = {}
 
     async def send(self, event: dict) -> None:
         if not self.open:
@@ -81,16 +91,23 @@ class Connection:
                     self.record(refused_frame(self.tenant, action.event))
                 await self.send(action.event)
             elif isinstance(action, StartResponse):
-                task = asyncio.create_task(self._respond(action.request))
+                task = asyncio.create_task(self._respond(action))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+            elif isinstance(action, SteerRunning):
+                # The session sees a response as running exactly while its signal is here.
+                self._signals[action.response_id].accept(action.event)
             elif isinstance(action, CloseConnection):
                 await self.close(action.code, action.reason)
 
-    async def _respond(self, request: CreateRequest) -> None:
+    async def _respond(self, start: StartResponse) -> None:
+        request = start.request
         lane = request.stream_id
         engine = self.gw.engine
         access = new_access("response.create", self.tenant)
+        steering = SteerSignal()
+        steerable: str | None = None  # the response's id once it can be steered
+        ended: Ended | None = None
         try:
             ctx = RequestContext(
                 self.tenant,
@@ -98,6 +115,7 @@ class Connection:
                 transport="websocket",
                 connection_cache=self.session.cache,
                 lane=lane,
+                steering=steering,
             )
             try:
                 # The frame's size is not kept: only the output is reserved up front,
@@ -109,22 +127,27 @@ class Connection:
                     with response_span(ctx, request.model, request.client_metadata):
                         queue = engine.start(await engine.prepare(request, ctx, self.pipeline))
             except ApiError as err:
-                access.failed(err)
-                await self.send(err.ws_event(lane))
+                await self._refused(start, err, access)
                 return
             except StoreUnavailable:
-                unavailable = store_unavailable()
-                access.failed(unavailable)
-                await self.send(unavailable.ws_event(lane))
+                await self._refused(start, store_unavailable(), access)
                 return
             access.status = 200
+            last: dict | None = None
             async for event in queue.events():
+                if last is None:  # response.created: from now on it can be steered
+                    steerable = queue.response_id
+                    self._signals[steerable] = steering
+                    self.session.on_response_started(request, steerable)
                 if lane is not None:
                     event["stream_id"] = lane
                 await self.send(event)
+                last = event
                 if not self.open:  # the client left: stop generating for it
                     queue.abandon()
                     break
+            if last is not None:
+                ended = await self._ended(last, steering)
         except Exception:
             log.exception("websocket response failed")
             failure = server_error("The server had an error.")
@@ -132,7 +155,37 @@ class Connection:
             await self.send(failure.ws_event(lane))
         finally:
             self.record(access)
-            await self.apply(self.session.on_response_done(request, time.monotonic()))
+            if steerable is not None:
+                self._signals.pop(steerable)
+                # A response whose client left (or that broke) before its end: as good
+                # as cancelled, its steers returned.
+                ended = ended or Ended(steerable, "cancelled", [], 0)
+            await self.apply(self.session.on_response_done(request, time.monotonic(), ended))
+
+    async def _ended(self, last: dict, steering: SteerSignal) -> Ended | None:
+        """How the response ended (None: its client left first), once the steers
+        accepted after its ending was decided have followed its terminal event (they go
+        to its successor)."""
+        if last["type"] not in TERMINAL:
+            return None
+        seq = last.get("sequence_number") or 0
+        while steering.late:  # more may come while one is sent
+            seq += 1
+            await self.send({**steering.late.pop(0), "sequence_number": seq})
+        return ended_from(last, seq)
+
+    async def _refused(
+        self, start: StartResponse, err: ApiError, access: access_log.Access
+    ) -> None:
+        """The response could not start: the client's create gets the error; the steers
+        it was to commit are returned (a successor's are all the client gets: it sent
+        no create)."""
+        access.failed(err)
+        lane = start.request.stream_id
+        if not start.successor:
+            await self.send(err.ws_event(lane))
+        for event in successor_failed(start.steers, err.message, lane):
+            await self.send(event)
 
 
 def new_access(route: str, tenant: str) -> access_log.Access:
@@ -214,6 +267,7 @@ async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeli
         lifetime_s=settings.ws_max_lifetime_s,
         now=time.monotonic(),
         max_input_chars=settings.max_input_chars,
+        max_pending_steers=settings.ws_max_pending_steers,
     )
     conn = Connection(ws, gw, tenant, session, pipeline)
     metrics.WEBSOCKET_CONNECTIONS.inc()

@@ -26,7 +26,10 @@ without one, as python-websockets tests its protocol core:
 - request-level errors are ``error`` events echoing the lane; the socket stays open;
 - acknowledgements (``response.processed``, which Codex sends once it has committed a
   response) are ignored, whatever id they name; any other unknown type is an ``error``
-  event on its lane, never a close.
+  event on its lane, never a close;
+- ``response.steer`` names a response of this connection (``websocket_steering``); a
+  response that ends with steers queued is followed by a successor on its lane, which
+  keeps its slot and goes before the creates queued there.
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from turnpike.gateway.api.websocket_steering import ConnectionSteering, Ended, SteerRunning
 from turnpike.gateway.protocol import bounds
 from turnpike.gateway.protocol.errors import ApiError, echo, invalid, too_large
 from turnpike.gateway.protocol.json_codec import parse_json
 from turnpike.gateway.protocol.request import STREAM_ID_RE, CreateRequest, parse_create
+from turnpike.gateway.protocol.steering import Steer
 from turnpike.gateway.state.connection_cache import ConnectionCache
 
 # Close code 1001, going away: the official clients reconnect on it.
@@ -50,6 +55,10 @@ ACKNOWLEDGEMENTS = frozenset({"response.processed"})
 @dataclass(frozen=True)
 class StartResponse:
     request: CreateRequest
+    # The steers its response.created commits: a steered response's successor (which
+    # the client did not send), or a create that continues a response waiting on tools.
+    steers: tuple[Steer, ...] = ()
+    successor: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,7 @@ class CloseConnection:
     reason: str
 
 
-Action = StartResponse | SendEvent | CloseConnection
+Action = StartResponse | SendEvent | CloseConnection | SteerRunning
 
 
 def _lane_of(body: Any) -> str | None:
@@ -88,6 +97,7 @@ class WsSession:
         lifetime_s: float,
         now: float,
         max_input_chars: int = 1024 * 1024,
+        max_pending_steers: int = 8,
     ) -> None:
         self.default_model = default_model
         self.max_input_chars = max_input_chars
@@ -96,6 +106,7 @@ class WsSession:
         self.max_queued = max_queued
         self.max_lanes = max_lanes
         self.cache = ConnectionCache(cache_size)
+        self.steering = ConnectionSteering(max_pending_steers, cache_size)
         self.lifetime_s = lifetime_s
         self.expires_at = now + lifetime_s
         self.closed = False
@@ -147,7 +158,8 @@ class WsSession:
                 bounds.check_create(body, len(data), self.max_input_chars)
                 return self._on_create(body, now)
             if kind == "response.steer":
-                return [SendEvent(self._steer_failed(body))]
+                answers = self.steering.on_steer(body, len(data), self.max_input_chars)
+                return [a if isinstance(a, SteerRunning) else SendEvent(a) for a in answers]
             if kind in ACKNOWLEDGEMENTS:
                 return []
             if not isinstance(kind, str):
@@ -202,7 +214,19 @@ class WsSession:
             self._queued += 1
             return []
         self._active += 1
-        return [StartResponse(request)]
+        return self._start(request)
+
+    def _start(self, request: CreateRequest) -> list[Action]:
+        """Start a create, with the steers waiting on its lane when it continues their
+        response."""
+        outcome = self.steering.take_waiting(request)
+        actions: list[Action] = [SendEvent(event) for event in outcome.events]
+        actions.append(StartResponse(outcome.successor or request, outcome.steers))
+        return actions
+
+    def on_response_started(self, request: CreateRequest, response_id: str) -> None:
+        """The response's ``response.created`` was sent: it can be steered."""
+        self.steering.started(request, response_id)
 
     def on_disconnect(self) -> None:
         """The client went away: nothing waiting starts any more."""
@@ -214,9 +238,18 @@ class WsSession:
         self._ready.clear()
         self._queued = 0
 
-    def on_response_done(self, request: CreateRequest, now: float) -> list[Action]:
-        """A response reached its terminal event (or failed before starting): the next
+    def on_response_done(
+        self, request: CreateRequest, now: float, ended: Ended | None = None
+    ) -> list[Action]:
+        """A response reached its terminal event (``ended``; None when it failed before
+        starting): a successor takes its place when it was steered; otherwise the next
         create on its lane becomes ready, and ready creates fill the free slots."""
+        live = not self.gone and now < self.expires_at
+        outcome = self.steering.ended(request, ended, can_start=live)
+        steer_events: list[Action] = [SendEvent(event) for event in outcome.events]
+        if outcome.successor is not None:
+            # The same turn goes on: it keeps the slot and the lane.
+            return [*steer_events, StartResponse(outcome.successor, outcome.steers, True)]
         self._active -= 1
         lane = request.stream_id
         behind = self._lanes[lane]
@@ -227,12 +260,12 @@ class WsSession:
         if self.gone:
             return []
         if now >= self.expires_at:
-            return self._expire_queued() + self._close_if_done(now)
-        actions: list[Action] = []
+            return steer_events + self._expire_queued() + self._close_if_done(now)
+        actions = steer_events
         while self._ready and self._active < self.max_active:
             self._active += 1
             self._queued -= 1
-            actions.append(StartResponse(self._ready.popleft()))
+            actions.extend(self._start(self._ready.popleft()))
         return actions
 
     def _expire_queued(self) -> list[Action]:
@@ -265,22 +298,6 @@ class WsSession:
                 CLOSE_GOING_AWAY, f"connection lifetime of {int(self.lifetime_s)}s reached"
             )
         ]
-
-    @staticmethod
-    def _steer_failed(body: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "type": "response.steer.failed",
-            "sequence_number": 0,
-            "error": {
-                "code": "steering_not_supported",
-                "message": "This server does not support steering; send a new response.create instead.",
-                "type": "invalid_request_error",
-            },
-            "steer": {
-                "input": body.get("input"),
-                "previous_response_id": body.get("previous_response_id"),
-            },
-        }
 
 
 def _over(data: str | bytes, limit: int) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 import grpc
@@ -20,6 +21,7 @@ from turnpike.gateway.pipeline.stages.route import pick_worker
 from turnpike.gateway.protocol.errors import ApiError
 from turnpike.gateway.protocol.events import Event, ResponseEvents
 from turnpike.gateway.protocol.response_object import usage
+from turnpike.gateway.protocol.steering import CLIENT_CALLS
 from turnpike.gateway.upstream.worker_stream import WorkerSilentError, worker_events
 from turnpike.imageres.v1 import imageres_pb2
 from turnpike.inference.v1 import inference_pb2
@@ -68,19 +70,24 @@ class WorkerGeneration:
             started = False
             stream = self._worker_stream(prepared, route, gen_request)
             try:
-                async for event in worker_events(stream, self.worker_silence_s):
-                    started = True
-                    kind = event.WhichOneof("event")
-                    if kind == "finished":
-                        return _finished(prepared, generation, events, event.finished)
-                    if kind == "error":
-                        return events.failed(
-                            event.error.code or "server_error",
-                            f"The model failed: {event.error.message}",
-                        )
-                    _relay(kind, event, prepared, generation, events, queue)
-                    if request.background and kind in ("item_started", "item_done"):
-                        await save_progress()
+                # aclosing: an early return (a steer, the end) cancels the worker's call now.
+                async with aclosing(worker_events(stream, self.worker_silence_s)) as relayed:
+                    async for event in relayed:
+                        started = True
+                        kind = event.WhichOneof("event")
+                        if kind == "finished":
+                            return _finished(prepared, generation, events, event.finished)
+                        if kind == "error":
+                            return events.failed(
+                                event.error.code or "server_error",
+                                f"The model failed: {event.error.message}",
+                            )
+                        _relay(kind, event, prepared, generation, events, queue)
+                        if request.background and kind in ("item_started", "item_done"):
+                            await save_progress()
+                        if kind == "item_done" and _steered(prepared):
+                            use = usage(prepared.input_tokens, 0, generation.output_tokens)
+                            return events.incomplete("steered", use)
                 return events.failed("server_error", "The model stream ended unexpectedly.")
             except (grpc.aio.AioRpcError, WorkerSilentError) as err:
                 # A silent worker is as good as an unavailable one: another may serve.
@@ -205,6 +212,18 @@ def _relay(
     elif kind == "item_done":
         for e in events.finish_item():
             queue.emit(e)
+
+
+def _steered(prepared: Prepared) -> bool:
+    """Whether the response stops here for a steer: one is queued, and the item that
+    just ended is not a call the client must answer (the response then runs to its end
+    and the steer waits for the client's tool results)."""
+    signal = prepared.ctx.steering
+    if signal is None or not signal.requested:
+        return False
+    assert prepared.response is not None
+    output = prepared.response["output"]
+    return bool(output) and output[-1]["type"] not in CLIENT_CALLS
 
 
 def _finished(

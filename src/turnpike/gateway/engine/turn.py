@@ -49,6 +49,9 @@ class TurnDriver:
             events.seal_reasoning = lambda text: encrypted_reasoning.seal(sealer, tenant, text)
         generation = Generation(prepared.route)
         terminal: list[Event] = []
+        steering = prepared.ctx.steering
+        if steering is not None:
+            steering.attach(events, queue.emit)
         try:
             queue.emit(events.created())
             if prepared.request.store:
@@ -84,6 +87,8 @@ class TurnDriver:
                 "server_error", "The server had an error while generating the response."
             )
         finally:
+            if steering is not None:  # the ending is decided: a steer now goes to a successor
+                steering.close()
             await self.after.finish(prepared, events, generation, terminal, queue)
 
     def _compact_if_over(self, prepared: Prepared, events: ResponseEvents) -> list[Event]:

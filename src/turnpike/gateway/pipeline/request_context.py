@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 
+from turnpike.gateway.protocol.steering import SteerSignal
 from turnpike.gateway.state.connection_cache import ConnectionCache
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ class RequestContext:
     transport: str = "http"  # http (one JSON body), sse or websocket (metrics, traces)
     connection_cache: ConnectionCache | None = None  # WebSocket mode only
     lane: str | None = None  # WebSocket stream_id
+    steering: SteerSignal | None = None  # WebSocket mode only (turnpike.gateway.protocol.steering)
     stage_ms: dict[str, float] = field(default_factory=dict)
     # The response's own span (turnpike.gateway.observability.tracing.response_span); the engine ends it.
     span: trace.Span = trace.INVALID_SPAN

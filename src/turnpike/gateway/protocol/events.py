@@ -38,6 +38,13 @@ class ResponseEvents:
         self._seq += 1
         return event
 
+    def numbered(self, event: Event) -> Event:
+        """An event the connection adds to the stream (a steer's acceptance), numbered
+        in sequence with the response's own."""
+        numbered = {**event, "sequence_number": self._seq}
+        self._seq += 1
+        return numbered
+
     def _lifecycle(self, kind: str) -> Event:
         return self._event(kind, response=snapshot(self.response))
 

@@ -14,7 +14,7 @@ timer per stream, re-armed only when it fires: an event costs a clock read.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 
@@ -22,7 +22,7 @@ class WorkerSilentError(Exception):
     """The worker's stream sent nothing for the bound; its call was cancelled."""
 
 
-async def worker_events(stream: Any, silence_s: float) -> AsyncIterator[Any]:
+async def worker_events(stream: Any, silence_s: float) -> AsyncGenerator[Any, None]:
     loop = asyncio.get_running_loop()
     heard = loop.time()
     silent = False
