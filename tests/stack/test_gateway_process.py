@@ -96,6 +96,36 @@ def test_sigterm_lets_an_in_flight_response_finish(gateway):
     assert proc.wait(20) in (0, -signal.SIGTERM)
 
 
+def test_sigterm_closes_each_socket_with_1012_only_between_responses(stack):
+    """A deploy: the socket with a response in flight gets all of it, then close 1012
+    (service restart: the SDK reconnects and sends what it had not); an idle socket is
+    closed at once."""
+    proc, base = start_gateway(stack)  # the default lifetime: only the drain closes
+    url = base.replace("http://", "ws://") + "/v1/responses"
+    auth = {"Authorization": "Bearer sk-turnpike-dev"}
+    with (
+        ws_connect(url, additional_headers=auth) as busy,
+        ws_connect(url, additional_headers=auth) as idle,
+    ):
+        long = {"model": "turnpike-sim-65", "input": "Tell me a story in 150 tokens"}
+        busy.send(json.dumps({"type": "response.create", **long}))
+        assert json.loads(busy.recv(timeout=10))["type"] == "response.created"
+        proc.send_signal(signal.SIGTERM)
+        with pytest.raises(ConnectionClosed) as idle_closed:
+            idle.recv(timeout=5)
+        events = []
+        with pytest.raises(ConnectionClosed) as busy_closed:
+            while True:
+                events.append(json.loads(busy.recv(timeout=30))["type"])
+    assert events[-1] == "response.completed"
+    for closed in (idle_closed, busy_closed):
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+    try:
+        assert proc.wait(20) in (0, -signal.SIGTERM)
+    finally:
+        stop(proc)
+
+
 def test_a_billing_outage_delays_usage_records_but_loses_none(stack, tmp_path):
     """Billing is down while responses complete (on the blocking legacy path too); once it
     is back, every response is billed exactly once, and a restart changes nothing."""

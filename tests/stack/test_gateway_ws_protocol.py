@@ -304,3 +304,23 @@ def test_the_protocol_core_imports_without_io_libraries():
         "import turnpike.gateway.api.websocket_protocol\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_drain_closes_an_idle_connection_at_once_with_1012():
+    [close] = session().on_drain()
+    assert isinstance(close, CloseConnection) and close.code == 1012
+
+
+def test_a_drain_waits_for_running_and_queued_responses_then_closes():
+    ws = session(max_active=1)
+    [first] = ws.on_frame(create(stream_id="a"))
+    assert ws.on_frame(create(stream_id="a")) == []  # queued behind it
+    assert ws.on_drain() == []
+    [second] = ws.on_response_done(first.request)  # the queued one still runs
+    assert isinstance(second, StartResponse)
+    # A create sent during the drain is served too: the client's frame is never lost.
+    assert ws.on_frame(create(stream_id="b")) == []  # it waits for the one slot
+    [started] = ws.on_response_done(second.request)
+    assert isinstance(started, StartResponse)
+    [close] = ws.on_response_done(started.request)
+    assert isinstance(close, CloseConnection) and close.code == 1012

@@ -19,6 +19,12 @@ client gets 408 and the connection closes. A WebSocket upgrade is a request head
 any other, so the same bound covers it. Bodies are bounded by their size, and responses
 (long SSE streams) are never timed.
 
+Deploys: on SIGTERM uvicorn stops accepting, then closes every WebSocket at once (1012),
+in the middle of the responses they carry. Here a socket is instead asked to drain: the
+app gets a receive message marked ``DRAIN`` and closes the socket itself (1012, on which
+the SDK reconnects) once its responses have ended. uvicorn waits for that up to its
+graceful-shutdown timeout, then closes what is left as before.
+
 The 408 closes as nginx's "lingering close" does: the server stops writing, then reads
 and discards what the client still sends for up to ``LINGER_S`` before closing. Closing
 at once would make the kernel answer a client still sending with a reset, which can
@@ -38,6 +44,9 @@ from wsproto import ConnectionState, events
 log = logging.getLogger(__name__)
 
 LINGER_S = 2.0
+# The key of the receive message that asks the app to drain its socket (its only key
+# besides ``type``: a receive with no text and no bytes, which no client can send).
+DRAIN = "turnpike.drain"
 TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\n"
     b"content-type: application/json\r\n"
@@ -89,6 +98,17 @@ class BoundedWSProtocol(WriteStallMixin, WSProtocol):
     def __init__(self, *args: Any, write_stall_s: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.write_stall_s = write_stall_s
+        self._drain_asked = False
+
+    def shutdown(self) -> None:
+        """The server is stopping: an open socket drains (the app closes it once its
+        responses end); uvicorn calls this again to force what is left."""
+        if self.handshake_complete and not self.close_sent and not self._drain_asked:
+            self._drain_asked = True
+            # Not one of ASGI's typed events: the app's loop looks for the key first.
+            self.queue.put_nowait({"type": "websocket.receive", DRAIN: True})  # type: ignore[arg-type]
+            return
+        super().shutdown()
 
     def handle_close(self, event: events.CloseConnection) -> None:
         # wsproto reports a frame it cannot parse (a text frame that is not UTF-8: 1007)

@@ -12,6 +12,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
 from turnpike.gateway import metrics
 from turnpike.gateway.api.json_response import JSONResponse
+from turnpike.gateway.api.uvicorn_protocols import DRAIN
 from turnpike.gateway.api.websocket_protocol import (
     Action,
     CloseConnection,
@@ -282,6 +283,9 @@ async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeli
                 continue
             if message["type"] == "websocket.disconnect":
                 break
+            if DRAIN in message:
+                await conn.apply(session.on_drain())
+                continue
             data = message.get("text")
             if data is None:
                 data = message.get("bytes") or b""

@@ -27,6 +27,8 @@ without one, as python-websockets tests its protocol core:
 - acknowledgements (``response.processed``, which Codex sends once it has committed a
   response) are ignored, whatever id they name; any other unknown type is an ``error``
   event on its lane, never a close;
+- on a drain (the server stopping), the socket closes with 1012 once no response runs
+  or waits (``on_drain``);
 - ``response.steer`` names a response of this connection (``websocket_steering``); a
   response that ends with steers queued is followed by a successor on its lane, which
   keeps its slot and goes before the creates queued there.
@@ -48,6 +50,8 @@ from turnpike.gateway.state.connection_cache import ConnectionCache
 
 # Close code 1001, going away: the official clients reconnect on it.
 CLOSE_GOING_AWAY = 1001
+# 1012, service restart: a drain (the server is stopping); the clients reconnect on it too.
+CLOSE_SERVICE_RESTART = 1012
 # Client events that only acknowledge: nothing to answer, nothing to check.
 ACKNOWLEDGEMENTS = frozenset({"response.processed"})
 
@@ -111,6 +115,7 @@ class WsSession:
         self.expires_at = now + lifetime_s
         self.closed = False
         self.gone = False  # the client disconnected
+        self.draining = False  # the server is stopping: close once nothing runs
         self._named_lanes: set[str] = set()
         # A busy lane -> the creates queued behind its head (the head runs, or waits
         # in _ready for a slot).
@@ -228,6 +233,18 @@ class WsSession:
         """The response's ``response.created`` was sent: it can be steered."""
         self.steering.started(request, response_id)
 
+    def on_drain(self) -> list[Action]:
+        """The server is stopping: the socket closes (1012) once no response runs or
+        waits, never in the middle of one; what the client sends meanwhile is served."""
+        self.draining = True
+        return self._close_if_drained()
+
+    def _close_if_drained(self) -> list[Action]:
+        if self.closed or self._lanes or not self.draining:
+            return []
+        self.closed = True
+        return [CloseConnection(CLOSE_SERVICE_RESTART, "the server is restarting")]
+
     def on_disconnect(self) -> None:
         """The client went away: nothing waiting starts any more."""
         self.gone = True
@@ -266,7 +283,7 @@ class WsSession:
             self._active += 1
             self._queued -= 1
             actions.extend(self._start(self._ready.popleft()))
-        return actions
+        return actions + self._close_if_drained()
 
     def _expire_queued(self) -> list[Action]:
         """The lifetime is over: creates still waiting will not start; each is answered
