@@ -3,9 +3,9 @@
 import json
 import subprocess
 import sys
-from typing import Any
 
 import pytest
+from support.ws_sessions import session_settings
 
 from turnpike.gateway.api.websocket_protocol import (
     CloseConnection,
@@ -29,18 +29,7 @@ class Session(WsSession):
 
 
 def session(**kw):
-    defaults: dict[str, Any] = dict(
-        default_model="m",
-        max_frame_bytes=10_000,
-        max_active=2,
-        max_queued=4,
-        max_lanes=2,
-        cache_size=8,
-        lifetime_s=LIFETIME,
-        now=T0,
-    )
-    defaults.update(kw)
-    return Session(**defaults)
+    return Session(**session_settings(lifetime_s=LIFETIME, now=T0, **kw))
 
 
 def create(**fields):

@@ -173,15 +173,18 @@ def test_an_acknowledgement_is_ignored_and_an_unknown_type_is_an_error_on_its_la
         assert completed(sock, input="still open")["status"] == "completed"
 
 
+def own_gateway(stack: StackEndpoints, tmp_path_factory, name: str, **env: str) -> Iterator[str]:
+    """A gateway process of the test's own, with ``env``: its WebSocket URL."""
+    proc, base = start_gateway(stack, log=tmp_path_factory.mktemp(name) / "gateway.log", **env)
+    try:
+        yield base.replace("http://", "ws://") + "/v1/responses"
+    finally:
+        stop(proc)
+
+
 @pytest.fixture(scope="module")
 def websocket_off(stack: StackEndpoints, tmp_path_factory) -> Iterator[str]:
-    proc, base = start_gateway(
-        stack,
-        log=tmp_path_factory.mktemp("ws-off") / "gateway.log",
-        TURNPIKE_WEBSOCKET_MODE="false",
-    )
-    yield base.replace("http://", "ws://") + "/v1/responses"
-    stop(proc)
+    yield from own_gateway(stack, tmp_path_factory, "ws-off", TURNPIKE_WEBSOCKET_MODE="false")
 
 
 def test_an_upgrade_the_server_will_not_take_is_426_in_the_api_shape(websocket_off: str) -> None:
@@ -197,13 +200,7 @@ def test_an_upgrade_the_server_will_not_take_is_426_in_the_api_shape(websocket_o
 
 @pytest.fixture(scope="module")
 def short_lived(stack: StackEndpoints, tmp_path_factory) -> Iterator[str]:
-    proc, base = start_gateway(
-        stack,
-        log=tmp_path_factory.mktemp("ws-lifetime") / "gateway.log",
-        TURNPIKE_WS_MAX_LIFETIME_S="2",
-    )
-    yield base.replace("http://", "ws://") + "/v1/responses"
-    stop(proc)
+    yield from own_gateway(stack, tmp_path_factory, "ws-lifetime", TURNPIKE_WS_MAX_LIFETIME_S="2")
 
 
 def test_past_its_lifetime_a_connection_refuses_creates_and_closes_with_1001(

@@ -8,6 +8,7 @@ import json
 
 import orjson
 import pytest
+from support.ws_sessions import session_settings
 
 from turnpike.gateway.api.websocket_protocol import SendEvent, WsSession
 from turnpike.gateway.protocol.bounds import MAX_JSON_DEPTH, MAX_MODEL_CHARS, check_create
@@ -111,17 +112,7 @@ def test_error_messages_bound_and_escape_what_they_echo() -> None:
 
 
 def ws_session(**kw) -> WsSession:
-    defaults = dict(
-        default_model="m",
-        max_frame_bytes=10_000_000,
-        max_active=2,
-        max_queued=4,
-        max_lanes=2,
-        cache_size=8,
-        lifetime_s=60.0,
-        now=0.0,
-    )
-    return WsSession(**{**defaults, **kw})
+    return WsSession(**session_settings(max_frame_bytes=10_000_000, now=0.0, **kw))
 
 
 def ws_error(actions) -> dict:

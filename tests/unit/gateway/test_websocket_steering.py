@@ -15,6 +15,7 @@ from openai.types.responses import (
     ResponseSteerPendingEvent,
 )
 from pydantic import BaseModel
+from support.ws_sessions import session_settings
 
 from turnpike.gateway.api.websocket_protocol import SendEvent, StartResponse, WsSession
 from turnpike.gateway.api.websocket_steering import Ended, SteerRunning, ended_from
@@ -31,19 +32,8 @@ MODELS: dict[str, type[BaseModel]] = {
 
 
 def session(**kw: Any) -> WsSession:
-    settings: dict[str, Any] = dict(
-        default_model="m",
-        max_frame_bytes=100_000,
-        max_active=4,
-        max_queued=8,
-        max_lanes=4,
-        cache_size=8,
-        lifetime_s=60.0,
-        now=NOW,
-        max_pending_steers=2,
-    )
-    settings.update(kw)
-    return WsSession(**settings)
+    roomy = {"max_frame_bytes": 100_000, "max_active": 4, "max_queued": 8, "max_lanes": 4}
+    return WsSession(**session_settings(**{**roomy, "now": NOW, "max_pending_steers": 2, **kw}))
 
 
 def checked(event: dict[str, Any]) -> dict[str, Any]:
