@@ -10,10 +10,12 @@ Where OpenAI's documents leave a choice open, the test says which one Turnpike m
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from support.gateway_process import start_gateway, stop
 from support.raw_calls import send, until_terminal, ws
@@ -224,3 +226,57 @@ def test_past_its_lifetime_a_connection_refuses_creates_and_closes_with_1001(
     # The running response finished before the close: never cut in the middle.
     assert [e["type"] for e in events if e.get("stream_id") == "long"][-1] == "response.completed"
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+
+
+def stored(stack: StackEndpoints, response_id: str, **params: str) -> httpx.Response:
+    url = f"{stack.base_url}/responses/{response_id}"
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    return httpx.get(url, params=params, headers=headers, timeout=30)
+
+
+def start_long(sock: Connection) -> list[dict[str, Any]]:
+    """A stored response of several seconds, read up to its third event."""
+    send(sock, model=SLOW, input="answer in 200 words", stream_id="long")
+    return [recv(sock) for _ in range(3)]
+
+
+def test_a_stored_response_survives_its_dropped_socket_and_resumes_over_http(
+    stack: StackEndpoints,
+) -> None:
+    """Past OpenAI's protocol: a socket lost without a close frame (a network cut, a
+    killed client) leaves its stored response running; its events are replayed from a
+    sequence number, then followed live, as a background response's are."""
+    sock = ws(stack)
+    seen = start_long(sock)
+    response_id = seen[0]["response"]["id"]
+    sock.socket.shutdown(socket.SHUT_RDWR)  # no close frame
+    sock.socket.close()
+    after = seen[-1]["sequence_number"]
+    replayed = []
+    with httpx.stream(
+        "GET",
+        f"{stack.base_url}/responses/{response_id}",
+        params={"stream": "true", "starting_after": str(after)},
+        headers={"Authorization": f"Bearer {stack.api_key}"},
+        timeout=30,
+    ) as reply:
+        assert reply.status_code == 200, reply.read()
+        for line in reply.iter_lines():
+            if line.startswith("data: {"):
+                replayed.append(json.loads(line[len("data: ") :]))
+    numbers = [e["sequence_number"] for e in replayed]
+    assert numbers == list(range(after + 1, after + 1 + len(numbers)))  # no gap, no repeat
+    assert replayed[-1]["type"] == "response.completed"
+    assert all("stream_id" not in e for e in replayed)  # lanes belong to the socket
+    assert stored(stack, response_id).json()["status"] == "completed"
+
+
+def test_a_client_that_closes_its_socket_stops_its_responses(stack: StackEndpoints) -> None:
+    """Closing the socket (a close frame) is how a client stops a response."""
+    with ws(stack) as sock:
+        response_id = start_long(sock)[0]["response"]["id"]
+    deadline = time.monotonic() + 10
+    while stored(stack, response_id).json()["status"] == "in_progress":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert stored(stack, response_id).json()["status"] == "cancelled"

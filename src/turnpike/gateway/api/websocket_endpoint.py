@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
+from collections.abc import Callable
 
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
@@ -26,6 +28,7 @@ from turnpike.gateway.api.websocket_steering import (
     ended_from,
     successor_failed,
 )
+from turnpike.gateway.engine.event_queue import ResponseEventQueue
 from turnpike.gateway.observability import access_log
 from turnpike.gateway.observability.tracing import response_span
 from turnpike.gateway.pipeline.request_context import RequestContext
@@ -42,6 +45,9 @@ router = APIRouter()
 
 # What sending on a socket the client has closed raises.
 GONE = (WebSocketDisconnect, WebSocketDisconnected)
+# Disconnect codes of a socket lost without a close frame (uvicorn reports 1005 then):
+# the client did not choose to leave, and its stored responses go on, resumable.
+DROPPED = frozenset({1005, 1006})
 # A response's last event (an ``error`` comes before any response.created).
 TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
@@ -62,6 +68,10 @@ class Connection:
         self._tasks: set[asyncio.Task[None]] = set()
         # The running responses' steer signals, by response id.
         self._signals: dict[str, SteerSignal] = {}
+        # The client closed the socket itself (a close frame): its responses stop. A
+        # socket lost without one leaves its stored responses running, kept (_kept).
+        self.left = False
+        self._kept: dict[str, ResponseEventQueue] = {}
 
     async def send(self, event: dict) -> None:
         if not self.open:
@@ -81,6 +91,13 @@ class Connection:
                     await self.ws.close(code, reason=reason)
                 except GONE:
                     pass
+
+    def leave(self) -> None:
+        """The client closed the socket: stop what was kept for it meanwhile (its send
+        failed before the close was read)."""
+        self.left = True
+        for queue in self._kept.values():
+            queue.abandon()
 
     def record(self, access: access_log.Access) -> None:
         gw_record(self.gw, access)
@@ -135,18 +152,31 @@ class Connection:
                 return
             access.status = 200
             last: dict | None = None
+            # A stored response's events as sent, for resuming it if the socket drops.
+            kept_events = engine.background.buffer.max_events
+            sent: deque[dict] | None = deque(maxlen=kept_events) if request.store else None
+            keep: Callable[[dict], None] | None = None
             async for event in queue.events():
                 if last is None:  # response.created: from now on it can be steered
                     steerable = queue.response_id
                     self._signals[steerable] = steering
                     self.session.on_response_started(request, steerable)
+                last = event
+                if keep is not None:
+                    keep(event)
+                    continue
                 if lane is not None:
                     event["stream_id"] = lane
                 await self.send(event)
-                last = event
-                if not self.open:  # the client left: stop generating for it
-                    queue.abandon()
-                    break
+                if sent is not None:
+                    sent.append(event)
+                if not self.open:
+                    if sent is None or self.left:  # the client left: stop generating for it
+                        queue.abandon()
+                        break
+                    # Lost without a close frame: the response goes on, resumable.
+                    keep = engine.background.keep(self.tenant, queue.response_id, sent)
+                    self._kept[queue.response_id] = queue
             if last is not None:
                 ended = await self._ended(last, steering)
         except Exception:
@@ -158,6 +188,7 @@ class Connection:
             self.record(access)
             if steerable is not None:
                 self._signals.pop(steerable)
+                self._kept.pop(steerable, None)
                 # A response whose client left (or that broke) before its end: as good
                 # as cancelled, its steers returned.
                 ended = ended or Ended(steerable, "cancelled", [], 0)
@@ -282,6 +313,8 @@ async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeli
                 await conn.apply(session.on_timer(time.monotonic()))
                 continue
             if message["type"] == "websocket.disconnect":
+                if message.get("code") not in DROPPED:
+                    conn.leave()
                 break
             if DRAIN in message:
                 await conn.apply(session.on_drain())

@@ -5,7 +5,7 @@ Redis too when it is configured, so any replica can replay and cancel them)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,24 @@ class BackgroundResponses:
         else:
             shared = self.shared.recorder(tenant, response_id)
             queue.sink = lambda event: (local(event), shared(event))
+
+    def keep(self, tenant: str, response_id: str, sent: Iterable[Event]) -> Callable[[Event], None]:
+        """A stored response whose WebSocket dropped goes on without its client: what it
+        sent so far, then each later event given to the returned sink, is kept as a
+        background response's is, so GET ?stream=true resumes it here or (with Redis)
+        on any replica."""
+        sinks: list[Callable[[Event], object]] = [self.buffer.open(tenant, response_id).append]
+        if self.shared is not None:
+            sinks.append(self.shared.recorder(tenant, response_id))
+
+        def record(event: Event) -> None:
+            plain = {k: v for k, v in event.items() if k != "stream_id"}  # lanes are the socket's
+            for sink in sinks:
+                sink(plain)
+
+        for event in sent:
+            record(event)
+        return record
 
     def running(self, tenant: str, response_id: str) -> Running | None:
         return self._running.get((tenant, response_id))
