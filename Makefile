@@ -8,7 +8,7 @@ PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
 .PHONY: help venv protos ports settings requirements run test test-unit lint format lock clean images up down logs ps bench-services bench bench-load \
-	bench-fairness bench-overload bench-pdf bench-codex soak chaos openapi models fuzz docs
+	bench-fairness bench-overload bench-pdf bench-codex soak chaos rolling-restart openapi models fuzz docs
 
 help:
 	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1)"
@@ -34,6 +34,7 @@ help:
 	@echo "make fuzz    the HTTP, WebSocket and gRPC fuzzers, longer (FUZZ_EXAMPLES=200 examples per case)"
 	@echo "make soak    a steady light load for 10 minutes, the memory of every service (bench/results/soak.*)"
 	@echo "make chaos   stop and partition every container under load, one at a time (bench/results/chaos.md)"
+	@echo "make rolling-restart  restart both gateways in turn under agent loops: zero failed turns (bench/results/rolling-restart.*)"
 
 # The virtual environment is rebuilt whenever the lock file changes.
 $(VENV)/.installed: requirements.lock pyproject.toml
@@ -161,6 +162,14 @@ soak: venv
 chaos: images
 	TURNPIKE_CHAOS=full CHAOS_RESULTS=bench/results/chaos.md $(PY) -m pytest \
 		-s tests/containers/test_chaos.py -k one_container_at_a_time
+
+# A rolling restart of the gateways (tests/containers/test_rolling_restart.py): two replicas
+# behind HAProxy with Redis, under official-SDK agent loops over HTTP and WebSocket, each
+# restarted in turn, three rounds (about 3 minutes): zero failed turns, nothing lost or
+# billed twice. `make test` runs one round.
+rolling-restart: images
+	ROLLING_RESTART=full ROLLING_RESULTS=bench/results/rolling-restart.md $(PY) -m pytest \
+		-s tests/containers/test_rolling_restart.py
 
 # The fuzzers of the test suite (tests/stack/test_fuzz_*.py: schemathesis over the gateway's
 # OpenAPI document, hypothesis over WebSocket frames and gRPC messages) with more examples

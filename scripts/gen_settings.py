@@ -113,6 +113,12 @@ DOTENV_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("TURNPIKE_IMAGERES_MAX_REQUEST_PIXELS",),
     ),
     (
+        "A stopping gateway (docs/deployment.md, \"Deploys that break nothing\"): seconds it stays up\n"
+        "not ready, so HAProxy's checks (every 2 s, down after 2) move new requests away first;\n"
+        "then seconds its responses in flight get. The gateway's stop_grace_period covers both.",
+        ("TURNPIKE_SHUTDOWN_DELAY_S", "TURNPIKE_GATEWAY_DRAIN_S"),
+    ),
+    (
         "Model backends beside the simulator (docs/architecture.md, worker), each off while empty. Set the\n"
         "secrets in the shell rather than here: a shell variable overrides its line.",
         (

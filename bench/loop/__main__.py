@@ -38,12 +38,14 @@ from bench.loop.stack import (
 from bench.loop.variants import (
     CONNECTION,
     DIRECT,
+    INJECT,
     PIPELINE_HEADER,
     PIPELINE_OF,
     STATELESS,
     VARIANTS,
     DirectSession,
     HttpSession,
+    InjectSession,
     Loop,
     Session,
     WsSession,
@@ -182,6 +184,8 @@ class Runner:
             return DirectSession(address, plan)
         if variant == CONNECTION:
             return WsSession(self.client, rollout, model, PIPELINE_OF[variant])
+        if variant == INJECT:
+            return InjectSession(self.client, rollout, model, PIPELINE_OF[variant])
         return HttpSession(
             self.client, rollout, model, PIPELINE_OF[variant], stateless=variant == STATELESS
         )

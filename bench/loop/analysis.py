@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from bench.loop.variants import CONNECTION, DIRECT, LEGACY, SPRINT, VARIANTS
+from bench.loop.variants import CONNECTION, DIRECT, INJECT, LEGACY, SPRINT, VARIANTS
 
 FAST = 1000.0  # the speed most targets are stated at
 BURST = 4000.0
@@ -306,7 +306,30 @@ def targets(
         else:
             result.append(_missing(name, "<= 1.15x", "1,000 tok/s not run"))
 
-    # 4. load
+        # 4. inject: the API overhead of a tool round trip inside one response
+        inject = get(FAST, INJECT)
+        name = f"Inject API overhead per tool round trip vs connection, 1,000 tok/s, {tag}"
+        if inject and conn and direct:
+            per_trip = {
+                c["variant"]: c["overhead_ms"] / len(c["per_turn"]["overhead_ms"])
+                for c in (inject, conn, direct)
+            }
+            ratio = per_trip[INJECT] / per_trip[CONNECTION]
+            result.append(
+                _target(
+                    name,
+                    "< 1x (the floor)",
+                    ratio,
+                    ratio < 1,
+                    f"{per_trip[INJECT]:.1f} ms vs {per_trip[CONNECTION]:.1f} ms a turn "
+                    f"(the worker directly: {per_trip[DIRECT]:.1f} ms); loop "
+                    f"{inject['loop_ms'] / 1000:.2f} s vs {conn['loop_ms'] / 1000:.2f} s",
+                )
+            )
+        else:
+            result.append(_missing(name, "< 1x (the floor)", "1,000 tok/s not run"))
+
+    # 5. load
     stream = (load or {}).get("one_connection")
     name, goal = "One connection carries 4,000 tok/s (client-observed decode rate)", ">= 90%"
     if stream and stream.get("client_tokens_per_s_overall"):

@@ -6,7 +6,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.loop.analysis import STAGE_ORDER, find, reference_cell_key, speed_label
-from bench.loop.variants import CONNECTION, DIRECT, LEGACY, SPRINT, STATELESS, VARIANTS
+from bench.loop.variants import (
+    CONNECTION,
+    DIRECT,
+    INJECT,
+    LEGACY,
+    SPRINT,
+    STATELESS,
+    VARIANTS,
+)
 
 PLOTS = {
     "overhead": "loop_overhead_per_turn.png",
@@ -22,6 +30,7 @@ COLORS = {
     SPRINT: "#ff7f0e",
     STATELESS: "#9467bd",
     CONNECTION: "#2ca02c",
+    INJECT: "#17becf",
     DIRECT: "#7f7f7f",
 }
 
@@ -63,7 +72,7 @@ def plot_speedup(data: dict[str, Any], path: Path) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.4), dpi=110)
     tools = sorted({c["tool_ms"] for c in data["cells"]})
-    for variant in (CONNECTION, SPRINT, STATELESS, DIRECT):
+    for variant in (INJECT, CONNECTION, SPRINT, STATELESS, DIRECT):
         for style, tool_ms in zip(("o-", "s--", "^:"), tools, strict=False):
             points = sorted(
                 (c["tokens_per_second"], c["speedup_vs_legacy"])

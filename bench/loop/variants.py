@@ -4,6 +4,12 @@
   with ``previous_response_id`` and only the new items, on the legacy or sprint pipeline.
 - ``connection-ws``: ``client.responses.connect()``, one socket for the whole loop,
   ``previous_response_id`` and only the new items, on the connection pipeline.
+- ``inject-ws``: ``client.beta.responses.connect()`` with the multi-agent beta: the whole
+  loop is one response (``multi_agent``) that waits on each call; every tool output goes
+  in by ``response.inject``, so a turn is a step of that response. Its turn ends at the
+  call's ``output_item.done`` (the last at ``response.completed``), and each step's model
+  time comes from the response's ``steps`` timings. The floor of API overhead per tool
+  round trip.
 - ``stateless-http``: the whole history re-sent every turn without
   ``previous_response_id`` (what openai-agents does by default), sprint pipeline.
 - ``direct-worker``: the lower bound. The worker's ``Generate`` over gRPC with no API
@@ -35,11 +41,20 @@ TERMINAL = ("response.completed", "response.incomplete", "response.failed", "err
 LEGACY = "legacy-http"
 SPRINT = "sprint-http"
 CONNECTION = "connection-ws"
+INJECT = "inject-ws"
 STATELESS = "stateless-http"
 DIRECT = "direct-worker"
-VARIANTS = (LEGACY, SPRINT, CONNECTION, STATELESS, DIRECT)
+VARIANTS = (LEGACY, SPRINT, CONNECTION, INJECT, STATELESS, DIRECT)
 # Which gateway pipeline each variant asks for.
-PIPELINE_OF = {LEGACY: "legacy", SPRINT: "sprint", CONNECTION: "connection", STATELESS: "sprint"}
+PIPELINE_OF = {
+    LEGACY: "legacy",
+    SPRINT: "sprint",
+    CONNECTION: "connection",
+    INJECT: "connection",
+    STATELESS: "sprint",
+}
+# The beta header of response.inject and multi_agent.
+MULTI_AGENT_BETA = {"OpenAI-Beta": "responses_multi_agent=v1"}
 
 
 class LoopError(RuntimeError):
@@ -283,6 +298,91 @@ class WsSession(Session):
                 result.send_ms = send_ms
                 return result
         raise LoopError(f"turn {turn}: the socket closed before the terminal event")
+
+
+class InjectSession(WsSession):
+    """One multi_agent response for the whole loop: the first turn creates it, each
+    later one injects the tool output (and the nudge) into it."""
+
+    def __init__(self, client, rollout: Rollout, model: str, pipeline: str):
+        super().__init__(client, rollout, model, pipeline)
+        self.headers = {**self.headers, **MULTI_AGENT_BETA}
+        self.response_id: str | None = None
+        self.turns: list[Turn] = []
+
+    async def open(self) -> None:
+        self._manager = self.client.beta.responses.connect(extra_headers=self.headers)
+        self.conn = await self._manager.__aenter__()
+
+    async def send(self, turn: int, new_items: list[dict[str, Any]]) -> Turn:
+        start = time.perf_counter()
+        if self.response_id is None:
+            await self.conn.response.create(
+                model=self.model,
+                instructions=self.rollout.instructions,
+                tools=self.rollout.tools,
+                input=new_items,
+                multi_agent={"enabled": True},
+            )
+        else:
+            await self.conn.response.inject(response_id=self.response_id, input=new_items)
+        send_ms = _ms(start)
+        ttft_ms = None
+        last = turn == self.rollout.turns
+        async for event in self.conn:
+            kind = event.type
+            if kind == "response.created":
+                self.response_id = event.response.id
+            elif ttft_ms is None and kind.endswith(".delta"):
+                ttft_ms = _ms(start)
+            elif kind == "response.inject.failed":
+                raise LoopError(f"turn {turn}: inject failed: {event.error}")
+            elif kind in TERMINAL:
+                if kind != "response.completed":
+                    raise _failure(event)
+                if not last:
+                    raise LoopError(f"turn {turn}: the response ended before its last step")
+                result = _turn_from_response(
+                    turn, event.response, ttft_ms or _ms(start), _ms(start)
+                )
+                result.send_ms = send_ms
+                self.turns.append(result)
+                self._steps(event.response)
+                return result
+            elif kind == "response.output_item.done" and event.item.type == "function_call":
+                if last:
+                    raise LoopError(f"turn {turn}: the model called a tool on the last turn")
+                item = event.item
+                turn_ms = _ms(start)
+                result = Turn(
+                    turn=turn,
+                    ttft_ms=ttft_ms or turn_ms,
+                    turn_ms=turn_ms,
+                    model_ms={},
+                    stages_ms={},
+                    input_tokens=0,
+                    cached_tokens=0,
+                    output_tokens=0,
+                    answer="function_call",
+                    send_ms=send_ms,
+                    call=Call(item.call_id, item.name, item.arguments),
+                )
+                self.turns.append(result)
+                return result
+        raise LoopError(f"turn {turn}: the socket closed before the step ended")
+
+    def _steps(self, response: Any) -> None:
+        """Each turn's model time and tokens, from the response's per-step timings."""
+        extra = (response.model_extra or {}).get("turnpike") or {}
+        steps = extra.get("steps") or []
+        if len(steps) != len(self.turns):
+            raise LoopError(f"{len(steps)} steps reported for {len(self.turns)} turns")
+        for turn, step in zip(self.turns, steps, strict=True):
+            turn.model_ms = dict(step["model_ms"])
+            turn.stages_ms = {"prepare": step["prepare_ms"]}
+            turn.input_tokens = step["input_tokens"]
+            turn.cached_tokens = step["cached_tokens"]
+            turn.output_tokens = step["output_tokens"]
 
 
 class DirectSession(Session):

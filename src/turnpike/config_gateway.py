@@ -219,6 +219,22 @@ class GatewaySettings(EnvSettings):
         "reading) before it is aborted, and its responses stopped.",
         gt=0,
     )
+    shutdown_delay_s: Number = setting(
+        "TURNPIKE_SHUTDOWN_DELAY_S",
+        0.0,
+        "Seconds a gateway told to stop (SIGTERM) goes on serving with /readyz answering 503, "
+        "so that its load balancer stops sending to it before it stops listening. Behind "
+        "one: its health checks' interval times their fall count, and a margin.",
+        ge=0,
+        deployed=5.0,
+    )
+    drain_s: Number = setting(
+        "TURNPIKE_GATEWAY_DRAIN_S",
+        10.0,
+        "Seconds a stopping gateway then lets its responses in flight finish, and its "
+        "WebSockets close between responses, before it cuts what is left.",
+        gt=0,
+    )
     worker_silence_s: Number = setting(
         "TURNPIKE_WORKER_SILENCE_TIMEOUT_S",
         30.0,
@@ -251,6 +267,21 @@ class GatewaySettings(EnvSettings):
         8,
         "response.steer inputs one response may have queued; one more is refused "
         "(too_many_pending_steers).",
+        ge=1,
+    )
+    ws_inject_wait_s: Number = setting(
+        "TURNPIKE_WS_INJECT_WAIT_S",
+        300.0,
+        "Seconds a multi_agent response waits for the outputs of its calls (response.inject) "
+        "before it completes with them unanswered, for the client to continue with a "
+        "response.create.",
+        gt=0,
+    )
+    ws_inject_max_steps: Integer = setting(
+        "TURNPIKE_WS_INJECT_MAX_STEPS",
+        64,
+        "Model steps of one multi_agent response; after the last it completes, and the "
+        "client continues with a response.create.",
         ge=1,
     )
     ws_max_lifetime_s: Number = setting(

@@ -176,6 +176,8 @@ TENANT_KEYS = {
     "metrics": "sk-test-metrics",
     # The chaos test's agent loops, a tenant each (HAProxy spreads keys over the replicas).
     **{f"chaos-{n}": f"sk-test-chaos-{n}" for n in range(1, 5)},
+    # The rolling restart's (tests/containers/test_rolling_restart.py).
+    **{f"roll-{n}": f"sk-test-roll-{n}" for n in range(1, 9)},
 }
 
 

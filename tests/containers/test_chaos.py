@@ -16,15 +16,22 @@ bench/results/chaos.md (CHAOS_RESULTS). The short pass writes it next to its log
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
 import openai
 import pytest
-from openai import NotFoundError, OpenAI
-from support.chaos import AgentClient, FaultResult, Turn, table
+from openai import OpenAI
+from support.chaos import (
+    AgentClient,
+    FaultResult,
+    Turn,
+    ledger_mismatches,
+    missing_from_store,
+    running,
+    table,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 FULL = os.environ.get("TURNPIKE_CHAOS", "short") == "full"
@@ -60,17 +67,6 @@ FULL_PASS = [
     ),
     *(("partition", service) for service in ("gateway-2", "worker-2", "tokenizer", "redis")),
 ]
-
-LEDGER_QUERY = """
-import json, sqlite3
-db = sqlite3.connect("file:/var/lib/turnpike/billing/ledger.sqlite3?mode=ro", uri=True)
-rows = db.execute(
-    "SELECT event_id, tenant, input_tokens, output_tokens, COUNT(*) FROM usage_events "
-    "WHERE tenant LIKE 'chaos-%' GROUP BY event_id"
-).fetchall()
-print(json.dumps({r[0]: r[1:] for r in rows}))
-"""
-
 
 # -- the stack, seen from the test ------------------------------------------------------------
 
@@ -131,43 +127,6 @@ def inject(stack, clients: list[AgentClient], kind: str, service: str) -> FaultR
     return FaultResult(f"{kind} {service}", began, down, healed, settled, turns, behind=behind)
 
 
-# -- what must survive -------------------------------------------------------------------------
-
-
-def missing_from_store(stack, completed: list[Turn]) -> list[str]:
-    missing = []
-    for tenant in TENANTS:
-        with OpenAI(
-            base_url=stack.base_url, api_key=stack.keys[tenant], max_retries=2, timeout=10
-        ) as sdk:
-            for turn in completed:
-                if turn.client != tenant:
-                    continue
-                try:
-                    sdk.responses.retrieve(turn.completed_id)
-                except NotFoundError:
-                    missing.append(turn.completed_id)
-    return missing
-
-
-def ledger_mismatches(stack, completed: list[Turn]) -> list[str]:
-    """Completed responses not in the ledger once with their tokens, once every gateway's
-    outbox has delivered (bounded)."""
-    deadline = time.monotonic() + 60
-    while True:
-        result = stack.container("billing").exec_run(["python", "-c", LEDGER_QUERY])
-        assert result.exit_code == 0, result.output.decode()[-2000:]
-        ledger = json.loads(result.output.decode().strip().splitlines()[-1])
-        wrong = [
-            t.completed_id
-            for t in completed
-            if ledger.get(t.completed_id) != [t.client, *t.usage, 1]
-        ]
-        if not wrong or time.monotonic() > deadline:
-            return wrong
-        time.sleep(1)
-
-
 # -- the test ------------------------------------------------------------------------------------
 
 
@@ -181,19 +140,8 @@ def clients(container_stack):
         )
         for key in [container_stack.keys[tenant]]
     ]
-    for client in started:
-        client.start()
-    try:
-        deadline = time.monotonic() + 60
-        while not all(sum(t.ok for t in c.snapshot()) >= 2 for c in started):
-            assert time.monotonic() < deadline, {
-                c.name: [t.error for t in c.snapshot()][-3:] for c in started
-            }
-            time.sleep(0.2)
+    with running(started, CLIENT_TIMEOUT_S + HANG_MARGIN_S):
         yield started
-    finally:
-        for client in started:
-            client.stop(CLIENT_TIMEOUT_S + HANG_MARGIN_S)
 
 
 def replicas_before(turns: list[Turn], moment: float) -> dict[str, str]:
@@ -238,7 +186,9 @@ def test_chaos_one_container_at_a_time(container_stack, clients, tmp_path):
 
     turns = [t for c in clients for t in c.snapshot()]
     completed = [t for t in turns if t.ok]
-    lost = set(missing_from_store(stack, completed)) | set(ledger_mismatches(stack, completed))
+    lost = set(missing_from_store(stack, completed)) | set(
+        ledger_mismatches(stack, completed, "chaos-")
+    )
     for result in results:
         result.lost = [t.response_id for t in result.turns if t.response_id in lost]
 

@@ -126,6 +126,38 @@ def test_sigterm_closes_each_socket_with_1012_only_between_responses(stack):
         stop(proc)
 
 
+def test_sigterm_with_a_shutdown_delay_is_not_ready_but_serves_until_it_ends(stack):
+    """A lame duck: for TURNPIKE_SHUTDOWN_DELAY_S after SIGTERM, /readyz answers 503 (a
+    load balancer moves new requests away) while every request is still served, a
+    WebSocket's included; only then does the port close. Without it, the requests a load
+    balancer sends before its next check would meet a closed port."""
+    proc, base = start_gateway(stack, TURNPIKE_SHUTDOWN_DELAY_S="3")
+    auth = {"Authorization": "Bearer sk-turnpike-dev"}
+    url = base.replace("http://", "ws://") + "/v1/responses"
+    try:
+        with ws_connect(url, additional_headers=auth) as sock:
+            signalled = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            ready = httpx.get(f"{base}/readyz", timeout=5)
+            assert ready.status_code == 503 and ready.json()["draining"] is True
+            reply = httpx.post(
+                f"{base}/v1/responses", json={"input": "still there?"}, headers=auth, timeout=10
+            )
+            assert reply.status_code == 200 and reply.json()["status"] == "completed"
+            sock.send(json.dumps({"type": "response.create", "input": "and here?"}))
+            while json.loads(sock.recv(timeout=10))["type"] != "response.completed":
+                pass
+            assert time.monotonic() - signalled < 3  # all of it inside the delay
+            with pytest.raises(ConnectionClosed) as closed:
+                sock.recv(timeout=15)  # the delay over, the drain closes the idle socket
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+        assert time.monotonic() - signalled >= 3
+        assert proc.wait(20) in (0, -signal.SIGTERM)
+    finally:
+        stop(proc)
+
+
 def test_a_billing_outage_delays_usage_records_but_loses_none(stack, tmp_path):
     """Billing is down while responses complete (on the blocking legacy path too); once it
     is back, every response is billed exactly once, and a restart changes nothing."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support.gateway_process import start_gateway, stop
+from support.gateway_process import own_gateway
 from support.raw_calls import send, until_terminal, ws
 from support.wire import TERMINAL
 from websockets.exceptions import ConnectionClosedOK, InvalidStatus
@@ -173,15 +173,6 @@ def test_an_acknowledgement_is_ignored_and_an_unknown_type_is_an_error_on_its_la
         assert error_of(event) == (400, "unknown_event_type", "type")
         assert event["stream_id"] == "b"
         assert completed(sock, input="still open")["status"] == "completed"
-
-
-def own_gateway(stack: StackEndpoints, tmp_path_factory, name: str, **env: str) -> Iterator[str]:
-    """A gateway process of the test's own, with ``env``: its WebSocket URL."""
-    proc, base = start_gateway(stack, log=tmp_path_factory.mktemp(name) / "gateway.log", **env)
-    try:
-        yield base.replace("http://", "ws://") + "/v1/responses"
-    finally:
-        stop(proc)
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,18 @@ last completed response, on a new socket for WebSocket: that is the recovery a c
 
 from __future__ import annotations
 
+import json
+import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import openai
 from openai import OpenAI
+from openai.types.websocket_reconnection import ReconnectingEvent
 from support.tools import WEATHER_TOOL, tool_result
 from support.wire import TERMINAL
 
@@ -38,6 +42,7 @@ class Turn:
     error: str | None  # what the client saw, when not completed
     replica: str | None = None  # X-Turnpike-Replica, on HTTP
     usage: tuple[int, int] = (0, 0)  # input, output tokens of a completed response
+    previous_id: str | None = None  # the response it continued (previous_response_id)
 
     @property
     def ok(self) -> bool:
@@ -56,10 +61,21 @@ class Turn:
 
 class AgentClient:
     def __init__(
-        self, name: str, transport: str, base_url: str, api_key: str, timeout_s: float
+        self,
+        name: str,
+        transport: str,
+        base_url: str,
+        api_key: str,
+        timeout_s: float,
+        reconnect: bool = False,
     ) -> None:
         self.name = name
         self.transport = transport  # "http" | "websocket"
+        # WebSocket: let the SDK reconnect (on_reconnecting) on the close codes it takes
+        # as recoverable (1001, 1012, ...), one connection object for the whole run.
+        self.reconnect = reconnect
+        self.reconnects = 0  # the SDK's reconnections
+        self.resent = 0  # creates sent again: the socket had closed, the frame not sent
         self.base_url = base_url
         self.api_key = api_key
         self.timeout_s = timeout_s
@@ -78,6 +94,8 @@ class AgentClient:
             while not self.stopping.is_set():
                 if self.transport == "http":
                     self.http_turn(sdk)
+                elif self.reconnect:
+                    self.reconnecting_session(sdk)
                 else:
                     self.websocket_session(sdk)
 
@@ -106,6 +124,7 @@ class AgentClient:
             usage=(response.usage.input_tokens, response.usage.output_tokens)
             if response
             else (0, 0),
+            previous_id=response.previous_response_id if response is not None else None,
             **kw,
         )
         with self.lock:
@@ -158,6 +177,73 @@ class AgentClient:
             if watchdog is not None:
                 watchdog.cancel()
 
+    def reconnecting_session(self, sdk: OpenAI) -> None:
+        """One SDK connection that reconnects by itself. A reader thread iterates it all
+        along, as the SDK expects of a client: a close between responses is seen at once
+        and the SDK reconnects (the next create then goes out on the new socket, or waits
+        in its queue). A create that raced the close raises without being sent: it is
+        sent again once the SDK has reconnected (never a second response)."""
+        events: queue.Queue[Any] = queue.Queue()
+
+        def count(_: ReconnectingEvent) -> None:
+            self.reconnects += 1
+
+        began = time.monotonic()
+        try:
+            with sdk.responses.connect(on_reconnecting=count, max_retries=10) as conn:
+
+                def read() -> None:
+                    try:
+                        for event in conn:
+                            events.put(event)
+                    finally:
+                        events.put(None)  # the SDK gave up, or the connection was closed
+
+                threading.Thread(target=read, name=f"reader-{self.name}", daemon=True).start()
+                while not self.stopping.is_set():
+                    began = time.monotonic()
+                    if not self._send_create(conn):
+                        self.record(began, error="create not sent")
+                        return
+                    event = self._terminal(events, began)
+                    if event is None:
+                        late = time.monotonic() - began >= self.timeout_s
+                        self.record(began, error="timeout" if late else "socket closed")
+                        return
+                    if event.type == "error":
+                        self.record(began, error=f"error event {event.status} {event.error.code}")
+                    elif event.type != "response.completed":
+                        error = event.response.error
+                        self.record(began, error=f"{event.type} {error.code if error else ''}")
+                    else:
+                        self.record(began, event.response)
+        except Exception as err:  # the handshake refused
+            self.record(began, error=f"websocket {type(err).__name__}")
+
+    def _send_create(self, conn: Any) -> bool:
+        body = self.body()
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                conn.response.create(**body)
+                return True
+            except Exception:  # closed under it: not sent; the reader is reconnecting
+                if time.monotonic() > deadline:
+                    return False
+                self.resent += 1
+                time.sleep(RETRY_S)
+
+    def _terminal(self, events: queue.Queue[Any], began: float) -> Any:
+        """The turn's terminal event, or None (the connection ended, or the timeout)."""
+        while True:
+            remaining = self.timeout_s - (time.monotonic() - began)
+            try:
+                event = events.get(timeout=max(0.0, remaining))
+            except queue.Empty:
+                return None
+            if event is None or event.type in TERMINAL:
+                return event
+
     # -- control ----------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -178,6 +264,73 @@ def describe_status(err: openai.APIStatusError) -> str:
     error = body.get("error", body) if isinstance(body, dict) else {}
     code = error.get("code") if isinstance(error, dict) else None
     return f"{err.status_code} {code or type(err).__name__}"
+
+
+@contextmanager
+def running(clients: list[AgentClient], stop_timeout_s: float) -> Iterator[list[AgentClient]]:
+    """The clients started, and each past two completed turns (warm), until closed."""
+    for client in clients:
+        client.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not all(sum(t.ok for t in c.snapshot()) >= 2 for c in clients):
+            assert time.monotonic() < deadline, {
+                c.name: [t.error for t in c.snapshot()][-3:] for c in clients
+            }
+            time.sleep(0.2)
+        yield clients
+    finally:
+        for client in clients:
+            client.stop(stop_timeout_s)
+
+
+# -- what must survive -------------------------------------------------------------------------
+
+LEDGER_QUERY = """
+import json, sqlite3, sys
+db = sqlite3.connect("file:/var/lib/turnpike/billing/ledger.sqlite3?mode=ro", uri=True)
+rows = db.execute(
+    "SELECT event_id, tenant, input_tokens, output_tokens, COUNT(*) FROM usage_events "
+    "WHERE tenant LIKE ? GROUP BY event_id", (sys.argv[1] + "%",)
+).fetchall()
+print(json.dumps({r[0]: r[1:] for r in rows}))
+"""
+
+
+def missing_from_store(stack, completed: list[Turn]) -> list[str]:
+    """Completed responses the store does not give back to their tenant."""
+    missing = []
+    for tenant in sorted({t.client for t in completed}):
+        with OpenAI(
+            base_url=stack.base_url, api_key=stack.keys[tenant], max_retries=2, timeout=10
+        ) as sdk:
+            for turn in completed:
+                if turn.client != tenant:
+                    continue
+                try:
+                    sdk.responses.retrieve(turn.completed_id)
+                except openai.NotFoundError:
+                    missing.append(turn.completed_id)
+    return missing
+
+
+def ledger_mismatches(stack, completed: list[Turn], tenant_prefix: str) -> list[str]:
+    """Completed responses not in the billing ledger once with their tokens, once every
+    gateway's outbox has delivered (bounded). The clients' tenants share ``tenant_prefix``."""
+    deadline = time.monotonic() + 60
+    while True:
+        query = ["python", "-c", LEDGER_QUERY, tenant_prefix]
+        result = stack.container("billing").exec_run(query)
+        assert result.exit_code == 0, result.output.decode()[-2000:]
+        ledger = json.loads(result.output.decode().strip().splitlines()[-1])
+        wrong = [
+            t.completed_id
+            for t in completed
+            if ledger.get(t.completed_id) != [t.client, *t.usage, 1]
+        ]
+        if not wrong or time.monotonic() > deadline:
+            return wrong
+        time.sleep(1)
 
 
 # -- what one fault did ---------------------------------------------------------------------

@@ -69,3 +69,13 @@ def gateway_replicas(stack, count: int, **overrides) -> Iterator[list[str]]:
     finally:
         for proc, _ in started:
             stop(proc)
+
+
+def own_gateway(stack, tmp_path_factory, name: str, **env: str) -> Iterator[str]:
+    """A gateway process of the test's own, with ``env``: its WebSocket URL (a module
+    fixture yields from it)."""
+    proc, base = start_gateway(stack, log=tmp_path_factory.mktemp(name) / "gateway.log", **env)
+    try:
+        yield base.replace("http://", "ws://") + "/v1/responses"
+    finally:
+        stop(proc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import functools
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -88,7 +89,7 @@ def serve(settings: GatewaySettings) -> None:
         ),
         ws_per_message_deflate=settings.ws_per_message_deflate,
         log_level="warning",
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=math.ceil(settings.drain_s),
     )
 
 

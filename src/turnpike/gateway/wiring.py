@@ -52,6 +52,7 @@ class Gateway:
     outbox: BillingOutbox
     engine: ResponseEngine
     admission: AdmissionControl  # tenants' limits and overload shedding
+    draining: bool = False  # told to stop: /readyz says 503 while it goes on serving
 
     @classmethod
     def build(cls, settings: GatewaySettings) -> Gateway:
@@ -85,7 +86,14 @@ class Gateway:
             pdf=PdfPool(settings.pdf),
         )
         admission = AdmissionControl(build_limiter(settings), InFlight(settings.max_in_flight))
-        engine = ResponseEngine(resources, outbox, admission, settings.worker_silence_s)
+        engine = ResponseEngine(
+            resources,
+            outbox,
+            admission,
+            settings.worker_silence_s,
+            settings.ws_inject_wait_s,
+            settings.ws_inject_max_steps,
+        )
         if settings.redis_url:  # background responses' events and cancels, across replicas
             engine.background.shared = SharedBackground(
                 settings.redis_url,
@@ -113,6 +121,10 @@ class Gateway:
         await self.admission.close()
         await self.engine.res.pdf.close()
 
+    def start_draining(self) -> None:
+        """The gateway is stopping (turnpike.gateway.api.lame_duck): not ready any more."""
+        self.draining = True
+
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Whether the gateway can serve (its backends answer, and it has room to admit a
         response), and what it knows. The store is reported, not required: a shared store
@@ -120,8 +132,9 @@ class Gateway:
         answers its clients why."""
         services = await self.backends.health()
         in_flight = self.admission.in_flight
-        ready = all(services.values()) and self.admission.can_admit()
+        ready = all(services.values()) and self.admission.can_admit() and not self.draining
         return ready, {
+            "draining": self.draining,
             "services": services,
             "store": await self.store.ping(),
             "admission": {"in_flight": in_flight.total, "bound": in_flight.bound},

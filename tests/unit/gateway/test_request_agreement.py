@@ -53,6 +53,8 @@ DOCUMENTED_RULES = [
     (r"tools\[\d+\](\.tools\[\d+\])?\.name", "invalid_value"),
     # GrammarInput.definition: "The grammar itself (not only whitespace)."
     (r"tools\[\d+\](\.tools\[\d+\])?\.format\.definition", "invalid_type"),
+    # CreateBody.multi_agent: "Over HTTP, or without the beta, enabled: true is refused."
+    (r"multi_agent", "unsupported_parameter"),
     # CreateBody.top_logprobs: "above 0 is refused."
     (r"top_logprobs", "unsupported_parameter"),
     # MetadataParam: "Keys are strings with a maximum length of 64 characters."

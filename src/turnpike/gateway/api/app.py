@@ -20,6 +20,7 @@ from turnpike.gateway.api import http_endpoints as http_api
 from turnpike.gateway.api import openapi as openapi_api
 from turnpike.gateway.api import websocket_endpoint as ws_api
 from turnpike.gateway.api.json_response import JSONResponse
+from turnpike.gateway.api.lame_duck import lame_duck_on_sigterm
 from turnpike.gateway.observability import access_log
 from turnpike.gateway.observability.tracing import FASTAPI_TELEMETRY
 from turnpike.gateway.observability.turn_metrics import OVERHEAD_HEADER
@@ -42,7 +43,8 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         gateway = Gateway.build(settings)
         await gateway.start()
         app.state.gateway = gateway
-        with reload_on_sighup(gateway.keys):  # the tenants file, re-read
+        draining = lame_duck_on_sigterm(settings.shutdown_delay_s, gateway.start_draining)
+        with reload_on_sighup(gateway.keys), draining:  # the tenants file, re-read
             yield
         await gateway.stop()
         telemetry.shutdown_tracing()

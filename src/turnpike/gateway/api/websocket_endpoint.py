@@ -18,6 +18,7 @@ from turnpike.gateway.api.uvicorn_protocols import DRAIN
 from turnpike.gateway.api.websocket_protocol import (
     Action,
     CloseConnection,
+    InjectRunning,
     SendEvent,
     StartResponse,
     WsSession,
@@ -33,7 +34,9 @@ from turnpike.gateway.observability import access_log
 from turnpike.gateway.observability.tracing import response_span
 from turnpike.gateway.pipeline.request_context import RequestContext
 from turnpike.gateway.pipeline.variants import Pipeline
+from turnpike.gateway.protocol import injection
 from turnpike.gateway.protocol.errors import ApiError, server_error, store_unavailable
+from turnpike.gateway.protocol.injection import InjectInbox, InjectRefused
 from turnpike.gateway.protocol.json_codec import dumps
 from turnpike.gateway.protocol.steering import SteerSignal
 from turnpike.gateway.state.responses import StoreUnavailable
@@ -66,8 +69,9 @@ class Connection:
         self.open = True
         self._send_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
-        # The running responses' steer signals, by response id.
+        # The running responses' steer signals, by response id; multi_agent ones' inboxes.
         self._signals: dict[str, SteerSignal] = {}
+        self._inboxes: dict[str, InjectInbox] = {}
         # The client closed the socket itself (a close frame): its responses stop. A
         # socket lost without one leaves its stored responses running, kept (_kept).
         self.left = False
@@ -115,6 +119,8 @@ class Connection:
             elif isinstance(action, SteerRunning):
                 # The session sees a response as running exactly while its signal is here.
                 self._signals[action.response_id].accept(action.event)
+            elif isinstance(action, InjectRunning):
+                await self._inject(action)
             elif isinstance(action, CloseConnection):
                 await self.close(action.code, action.reason)
 
@@ -126,6 +132,7 @@ class Connection:
         steering = SteerSignal()
         steerable: str | None = None  # the response's id once it can be steered
         ended: Ended | None = None
+        inbox = InjectInbox("") if request.multi_agent else None
         try:
             ctx = RequestContext(
                 self.tenant,
@@ -134,6 +141,7 @@ class Connection:
                 connection_cache=self.session.cache,
                 lane=lane,
                 steering=steering,
+                injection=inbox,
             )
             try:
                 # The frame's size is not kept: only the output is reserved up front,
@@ -160,6 +168,9 @@ class Connection:
                 if last is None:  # response.created: from now on it can be steered
                     steerable = queue.response_id
                     self._signals[steerable] = steering
+                    if inbox is not None:
+                        inbox.response_id = steerable
+                        self._inboxes[steerable] = inbox
                     self.session.on_response_started(request, steerable)
                 last = event
                 if keep is not None:
@@ -188,11 +199,37 @@ class Connection:
             self.record(access)
             if steerable is not None:
                 self._signals.pop(steerable)
+                self._inboxes.pop(steerable, None)
                 self._kept.pop(steerable, None)
                 # A response whose client left (or that broke) before its end: as good
                 # as cancelled, its steers returned.
                 ended = ended or Ended(steerable, "cancelled", [], 0)
             await self.apply(self.session.on_response_done(request, time.monotonic(), ended))
+
+    async def _inject(self, action: InjectRunning) -> None:
+        """Commit an inject into its response, or answer why not, on the response's lane."""
+        inject, lane = action.inject, action.lane
+        inbox = self._inboxes.get(action.response_id)
+        try:
+            if inbox is None:  # it ended a moment ago: its terminal event is on its way
+                raise InjectRefused(
+                    "response_already_completed",
+                    f"Response {inject.response_id!r} is not waiting for input any more.",
+                )
+            inbox.commit(inject)
+        except InjectRefused as refused:
+            event = injection.failed(
+                refused.code,
+                refused.message,
+                response_id=inject.response_id,
+                raw_input=inject.raw_input,
+            )
+            if lane is not None:
+                event["stream_id"] = lane
+            await self.send(event)
+        except ApiError as err:
+            self.record(refused_frame(self.tenant, err.ws_event(lane)))
+            await self.send(err.ws_event(lane))
 
     async def _ended(self, last: dict, steering: SteerSignal) -> Ended | None:
         """How the response ended (None: its client left first), once the steers
@@ -300,6 +337,7 @@ async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeli
         now=time.monotonic(),
         max_input_chars=settings.max_input_chars,
         max_pending_steers=settings.ws_max_pending_steers,
+        multi_agent_beta=injection.beta_enabled(ws.headers.getlist("openai-beta")),
     )
     conn = Connection(ws, gw, tenant, session, pipeline)
     metrics.WEBSOCKET_CONNECTIONS.inc()

@@ -31,7 +31,10 @@ without one, as python-websockets tests its protocol core:
   or waits (``on_drain``);
 - ``response.steer`` names a response of this connection (``websocket_steering``); a
   response that ends with steers queued is followed by a successor on its lane, which
-  keeps its slot and goes before the creates queued there.
+  keeps its slot and goes before the creates queued there;
+- ``response.inject`` (beta: the upgrade named ``OpenAI-Beta: responses_multi_agent=v1``)
+  names a ``multi_agent`` response running on this connection; its answers are on that
+  response's lane (``turnpike.gateway.protocol.injection``).
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnpike.gateway.api.websocket_steering import ConnectionSteering, Ended, SteerRunning
-from turnpike.gateway.protocol import bounds
+from turnpike.gateway.protocol import bounds, injection
 from turnpike.gateway.protocol.errors import ApiError, echo, invalid, too_large
+from turnpike.gateway.protocol.injection import Inject
 from turnpike.gateway.protocol.json_codec import parse_json
 from turnpike.gateway.protocol.request import STREAM_ID_RE, CreateRequest, parse_create
 from turnpike.gateway.protocol.steering import Steer
@@ -76,7 +80,16 @@ class CloseConnection:
     reason: str
 
 
-Action = StartResponse | SendEvent | CloseConnection | SteerRunning
+@dataclass(frozen=True)
+class InjectRunning:
+    """A running multi_agent response is to commit an inject (its inbox decides)."""
+
+    response_id: str
+    inject: Inject
+    lane: str | None
+
+
+Action = StartResponse | SendEvent | CloseConnection | SteerRunning | InjectRunning
 
 
 def _lane_of(body: Any) -> str | None:
@@ -102,7 +115,9 @@ class WsSession:
         now: float,
         max_input_chars: int = 1024 * 1024,
         max_pending_steers: int = 8,
+        multi_agent_beta: bool = False,
     ) -> None:
+        self.multi_agent_beta = multi_agent_beta
         self.default_model = default_model
         self.max_input_chars = max_input_chars
         self.max_frame_bytes = max_frame_bytes
@@ -165,11 +180,20 @@ class WsSession:
             if kind == "response.steer":
                 answers = self.steering.on_steer(body, len(data), self.max_input_chars)
                 return [a if isinstance(a, SteerRunning) else SendEvent(a) for a in answers]
+            if kind == "response.inject" and self.multi_agent_beta:
+                return self._on_inject(body, len(data))
             if kind in ACKNOWLEDGEMENTS:
                 return []
             if not isinstance(kind, str):
                 raise invalid(
                     "Missing required parameter: 'type'.", "type", "missing_required_parameter"
+                )
+            if kind == "response.inject":
+                raise invalid(
+                    "response.inject is a beta event: open the connection with the header "
+                    f"OpenAI-Beta: {injection.BETA_FEATURE}.",
+                    "type",
+                    "unknown_event_type",
                 )
             raise invalid(
                 f"Unknown client event type {echo(kind)}. Expected 'response.create' or 'response.steer'.",
@@ -179,11 +203,46 @@ class WsSession:
         except ApiError as err:
             return [SendEvent(err.ws_event(lane))]
 
+    def _on_inject(self, body: dict[str, Any], raw_size: int) -> list[Action]:
+        """An inject for a running multi_agent response, or its answer: not found or
+        ended (``response.inject.failed``), or an error event on the response's lane."""
+        target = body.get("response_id")
+        request = self.steering.running(target) if isinstance(target, str) else None
+        lane = request.stream_id if request is not None else None
+        try:
+            inject = injection.parse_inject(body, self.max_input_chars, raw_size)
+        except ApiError as err:
+            return [SendEvent(err.ws_event(lane))]
+        if request is None:
+            ended = self.steering.has_ended(inject.response_id)
+            code = "response_already_completed" if ended else "response_not_found"
+            message = (
+                f"Response {inject.response_id!r} has ended; send the items in a "
+                "response.create continuing it."
+                if ended
+                else f"No response {inject.response_id!r} is running on this connection."
+            )
+            return [
+                SendEvent(
+                    injection.failed(
+                        code, message, response_id=inject.response_id, raw_input=inject.raw_input
+                    )
+                )
+            ]
+        if not request.multi_agent:
+            return [SendEvent(injection.not_enabled(inject.response_id).ws_event(lane))]
+        return [InjectRunning(inject.response_id, inject, lane)]
+
     def _on_create(self, body: dict[str, Any], now: float) -> list[Action]:
         fields = {k: v for k, v in body.items() if k != "type"}
         # openai-agents always sends stream: true; on a socket streaming is implied.
         fields.pop("stream", None)
-        request = parse_create(fields, default_model=self.default_model, websocket=True)
+        request = parse_create(
+            fields,
+            default_model=self.default_model,
+            websocket=True,
+            multi_agent_beta=self.multi_agent_beta,
+        )
         lane = request.stream_id
         if now >= self.expires_at:
             raise invalid(

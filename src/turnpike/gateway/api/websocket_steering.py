@@ -13,8 +13,8 @@ Choices where OpenAI's documents leave them open (docs/api.md, "Steering"):
   accepted and pending at once, as if it had come a moment earlier;
 - a create on that lane continuing another response, or none, drops the pending steers
   with ``response_not_active`` (their input is returned);
-- responses bound to a ``conversation``, using ``context_management``, or not generating
-  (``generate: false``) are ``steering_not_supported``.
+- responses bound to a ``conversation``, using ``context_management``, not generating
+  (``generate: false``) or taking injects (``multi_agent``) are ``steering_not_supported``.
 """
 
 from __future__ import annotations
@@ -93,6 +93,8 @@ def _unsteerable(request: CreateRequest) -> str | None:
         return "Responses with context_management (automatic compaction) cannot be steered."
     if not request.generate:
         return "A response with generate: false produces no output to steer."
+    if request.multi_agent:
+        return "A multi_agent response takes its input by response.inject."
     return None
 
 
@@ -107,6 +109,14 @@ class ConnectionSteering:
     def started(self, request: CreateRequest, response_id: str) -> None:
         """The response's ``response.created`` left: from now on it can be steered."""
         self._running[response_id] = request
+
+    def running(self, response_id: str) -> CreateRequest | None:
+        """The request of a response running on the connection (injects need it too)."""
+        return self._running.get(response_id)
+
+    def has_ended(self, response_id: str) -> bool:
+        """Whether a response of the connection ended (among the latest remembered)."""
+        return response_id in self._ended
 
     def on_steer(
         self, body: dict[str, Any], raw_size: int, max_input_chars: int

@@ -18,7 +18,7 @@ from turnpike.gateway.pipeline.request_context import RequestContext
 from turnpike.gateway.pipeline.stages import Resources
 from turnpike.gateway.protocol.errors import store_unavailable
 from turnpike.gateway.protocol.events import Event, ResponseEvents
-from turnpike.gateway.protocol.items import to_proto
+from turnpike.gateway.protocol.items import Item, to_proto
 from turnpike.gateway.state import conversation_bounds
 from turnpike.gateway.state.conversation_state import ConversationState
 from turnpike.gateway.state.responses import StoredResponse, StoreUnavailable
@@ -152,11 +152,15 @@ class AfterTurn:
             await self.outbox.submit(event, link)
 
 
-def next_state(prepared: Prepared, generation: Generation) -> ConversationState:
-    """What a connection keeps of a finished response, to continue from it."""
+def next_state(
+    prepared: Prepared, generation: Generation, output: list[Item] | None = None
+) -> ConversationState:
+    """What a connection keeps of a finished response, to continue from it; or, given
+    ``output`` (a rollout's step: turnpike.gateway.engine.rollout), of that step."""
     response, conversation, prompt = prepared.response, prepared.conversation, prepared.prompt
     assert response is not None and conversation is not None
-    output = response["output"]
+    if output is None:
+        output = response["output"]
     call_names = conversation.call_names
     return ConversationState(
         response=response,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from turnpike.gateway.engine.event_queue import ResponseEventQueue
 from turnpike.gateway.protocol.events import Event
@@ -16,12 +16,14 @@ from turnpike.gateway.state.event_buffer import EventBuffer
 if TYPE_CHECKING:
     from turnpike.gateway.state.background_redis import SharedBackground
 
+T = TypeVar("T")
+
 
 @dataclass
 class Running:
     """A background response in flight in this process."""
 
-    generation: asyncio.Task[list[Event]] | None = None
+    generation: asyncio.Task[Any] | None = None
     cancel_requested: bool = False
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     final: dict[str, Any] | None = None
@@ -67,9 +69,7 @@ class BackgroundResponses:
         return self._running.get((tenant, response_id))
 
     @staticmethod
-    async def generate(
-        running: Running, generate: Coroutine[Any, Any, list[Event]]
-    ) -> list[Event] | None:
+    async def generate(running: Running, generate: Coroutine[Any, Any, T]) -> T | None:
         """Run a background response's generation in a task of its own, which ``cancel``
         stops (the worker's stream is cancelled with it); None once cancelled."""
         if running.cancel_requested:

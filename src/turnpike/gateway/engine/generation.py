@@ -1,6 +1,7 @@
 """Generating a response on a worker: the worker's stream relayed as Responses events,
 and, when a worker cannot be reached before it has streamed anything, another worker
-tried (at most ``MAX_WORKER_ATTEMPTS``). Returns the response's terminal events."""
+tried (at most ``MAX_WORKER_ATTEMPTS``). Returns how the worker finished (``StepEnd``),
+or the terminal events of a response that ended otherwise (failed, steered)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -42,6 +44,25 @@ class Generation:
     model_ms: dict[str, float] = field(default_factory=dict)
     worker_id: str = ""
     output_tokens: int = 0  # streamed so far (what a cancelled response is billed)
+    # A rollout's (turnpike.gateway.engine.rollout): the prompt tokens of its steps so far
+    # (what a cancelled one is billed; 0: the response's own prompt), and the time it
+    # waited on the client's tools (neither the model's time nor the API's).
+    input_tokens: int = 0
+    client_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepEnd:
+    """The worker finished: the usage it counted, and whether it ran out of output tokens."""
+
+    usage: dict[str, Any]
+    length: bool = False
+
+    def terminal(self, events: ResponseEvents) -> list[Event]:
+        """The response completed (or incomplete, out of output tokens) with this usage."""
+        if self.length:
+            return events.incomplete("max_output_tokens", self.usage)
+        return [events.completed(self.usage)]
 
 
 class WorkerGeneration:
@@ -56,10 +77,11 @@ class WorkerGeneration:
         events: ResponseEvents,
         queue: ResponseEventQueue,
         save_progress: Callable[[], Awaitable[None]],
-    ) -> list[Event]:
-        """Generate the response, emitting its events to ``queue`` as they come; the
-        terminal events are returned. A background response calls ``save_progress`` as
-        each output item starts and ends, so that a poll sees the output so far."""
+    ) -> StepEnd | list[Event]:
+        """Generate the response, emitting its events to ``queue`` as they come; how the
+        worker finished, or the terminal events, is returned. A background response
+        calls ``save_progress`` as each output item starts and ends, so that a poll sees
+        the output so far."""
         request, model, prompt = prepared.request, prepared.model, prepared.prompt
         assert model is not None and prompt is not None and prepared.conversation is not None
         gen_request = _generate_request(prepared)
@@ -76,7 +98,7 @@ class WorkerGeneration:
                         started = True
                         kind = event.WhichOneof("event")
                         if kind == "finished":
-                            return _finished(prepared, generation, events, event.finished)
+                            return _finished(prepared, generation, event.finished)
                         if kind == "error":
                             return events.failed(
                                 event.error.code or "server_error",
@@ -212,6 +234,11 @@ def _relay(
     elif kind == "item_done":
         for e in events.finish_item():
             queue.emit(e)
+        inbox = prepared.ctx.injection
+        assert prepared.response is not None
+        item = prepared.response["output"][-1]
+        if inbox is not None and item["type"] in CLIENT_CALLS:  # its output may be injected
+            inbox.expect(item["call_id"], item["type"])
 
 
 def _steered(prepared: Prepared) -> bool:
@@ -227,13 +254,9 @@ def _steered(prepared: Prepared) -> bool:
 
 
 def _finished(
-    prepared: Prepared,
-    generation: Generation,
-    events: ResponseEvents,
-    finished: inference_pb2.Finished,
-) -> list[Event]:
-    """The worker's last event: its timings noted, the response completed (or incomplete
-    when it ran out of output tokens) with the usage the backend counted."""
+    prepared: Prepared, generation: Generation, finished: inference_pb2.Finished
+) -> StepEnd:
+    """The worker's last event: its timings noted, with the usage the backend counted."""
     t = finished.timings
     generation.model_ms = {
         "queue_ms": t.queue_ms,
@@ -253,6 +276,4 @@ def _finished(
         u.output_tokens,
         u.reasoning_tokens,
     )
-    if finished.finish_reason == "length":
-        return events.incomplete("max_output_tokens", use)
-    return [events.completed(use)]
+    return StepEnd(use, length=finished.finish_reason == "length")

@@ -23,6 +23,7 @@ from turnpike.gateway.engine.conversation_reads import ConversationReads
 from turnpike.gateway.engine.event_queue import ResponseEventQueue
 from turnpike.gateway.engine.generation import WorkerGeneration
 from turnpike.gateway.engine.live_responses import LiveResponses
+from turnpike.gateway.engine.rollout import Rollout
 from turnpike.gateway.engine.turn import TurnDriver
 from turnpike.gateway.pipeline.prepared import Prepared
 from turnpike.gateway.pipeline.request_context import RequestContext
@@ -44,6 +45,8 @@ class ResponseEngine:
         outbox: BillingOutbox,
         admission: AdmissionControl | None = None,
         worker_silence_s: float = 30.0,
+        inject_wait_s: float = 300.0,
+        inject_max_steps: int = 64,
     ) -> None:
         self.res = res
         self.background = BackgroundResponses()
@@ -51,7 +54,8 @@ class ResponseEngine:
         self._tasks: set[asyncio.Task[None]] = set()
         self._after = AfterTurn(res, outbox, admission, self.live, self.background)
         generator = WorkerGeneration(res, worker_silence_s)
-        self._turns = TurnDriver(res, self.background, generator, self._after)
+        rollout = Rollout(res, generator, inject_wait_s, inject_max_steps)
+        self._turns = TurnDriver(res, self.background, generator, self._after, rollout)
         self._reads = ConversationReads(res)
 
     async def prepare(

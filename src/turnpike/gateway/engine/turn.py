@@ -11,12 +11,13 @@ import contextlib
 import functools
 import logging
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from turnpike.gateway.engine.after_turn import AfterTurn
 from turnpike.gateway.engine.background import BackgroundResponses
 from turnpike.gateway.engine.event_queue import ResponseEventQueue
-from turnpike.gateway.engine.generation import Generation, WorkerGeneration
+from turnpike.gateway.engine.generation import Generation, StepEnd, WorkerGeneration
+from turnpike.gateway.engine.rollout import Rollout
 from turnpike.gateway.pipeline.prepared import Prepared
 from turnpike.gateway.pipeline.stages import Resources
 from turnpike.gateway.protocol.errors import store_unavailable
@@ -26,6 +27,7 @@ from turnpike.gateway.sealed import compaction, encrypted_reasoning
 from turnpike.gateway.state.responses import StoreUnavailable
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class TurnDriver:
@@ -35,11 +37,13 @@ class TurnDriver:
         background: BackgroundResponses,
         generator: WorkerGeneration,
         after: AfterTurn,
+        rollout: Rollout,
     ) -> None:
         self.res = res
         self.background = background
         self.generator = generator
         self.after = after
+        self.rollout = rollout
 
     async def drive(self, prepared: Prepared, queue: ResponseEventQueue) -> None:
         assert prepared.response is not None
@@ -52,6 +56,8 @@ class TurnDriver:
         steering = prepared.ctx.steering
         if steering is not None:
             steering.attach(events, queue.emit)
+        if prepared.ctx.injection is not None:
+            prepared.ctx.injection.attach(events, queue.emit)
         try:
             queue.emit(events.created())
             if prepared.request.store:
@@ -65,18 +71,29 @@ class TurnDriver:
                 terminal = [events.completed(usage(0, 0, 0))]
             else:
                 save_progress = functools.partial(self.after.store, prepared)
-                generate = self.generator.run(prepared, generation, events, queue, save_progress)
+                inbox = prepared.ctx.injection
+                if inbox is not None:  # one rollout of steps (turnpike.gateway.engine.rollout)
+                    generate = self.rollout.run(
+                        prepared, inbox, generation, events, queue, save_progress
+                    )
+                else:
+                    generate = self.generator.run(
+                        prepared, generation, events, queue, save_progress
+                    )
                 running = self.background.running(prepared.ctx.tenant, prepared.response_id)
                 with prepared.ctx.stage("generate"):
                     if running is None:
                         done = await _unless_abandoned(generate, queue)
                     else:
                         done = await self.background.generate(running, generate)
-                    if done is not None:
+                    if isinstance(done, StepEnd):
+                        terminal = done.terminal(events)
+                    elif done is not None:
                         terminal = done
                     else:
+                        billed_input = generation.input_tokens or prepared.input_tokens
                         terminal = events.cancelled(
-                            usage(prepared.input_tokens, 0, generation.output_tokens)
+                            usage(billed_input, 0, generation.output_tokens)
                         )
         except StoreUnavailable as err:
             log.warning("response %s failed: %s", queue.response_id, err)
@@ -89,6 +106,8 @@ class TurnDriver:
         finally:
             if steering is not None:  # the ending is decided: a steer now goes to a successor
                 steering.close()
+            if prepared.ctx.injection is not None:  # and no inject is committed any more
+                prepared.ctx.injection.close()
             await self.after.finish(prepared, events, generation, terminal, queue)
 
     def _compact_if_over(self, prepared: Prepared, events: ResponseEvents) -> list[Event]:
@@ -109,8 +128,8 @@ class TurnDriver:
 
 
 async def _unless_abandoned(
-    generate: Coroutine[Any, Any, list[Event]], queue: ResponseEventQueue
-) -> list[Event] | None:
+    generate: Coroutine[Any, Any, T], queue: ResponseEventQueue
+) -> T | None:
     """A foreground response's generation, stopped (None) once its one reader has gone:
     cancelling it cancels the worker's stream, and the worker stops generating."""
     if queue.abandoned.is_set():

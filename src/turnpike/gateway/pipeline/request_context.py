@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 
+from turnpike.gateway.protocol.injection import InjectInbox
 from turnpike.gateway.protocol.steering import SteerSignal
 from turnpike.gateway.state.connection_cache import ConnectionCache
 
@@ -28,6 +29,8 @@ class RequestContext:
     connection_cache: ConnectionCache | None = None  # WebSocket mode only
     lane: str | None = None  # WebSocket stream_id
     steering: SteerSignal | None = None  # WebSocket mode only (turnpike.gateway.protocol.steering)
+    # A multi_agent response's, on a connection with the beta (turnpike.gateway.protocol.injection).
+    injection: InjectInbox | None = None
     stage_ms: dict[str, float] = field(default_factory=dict)
     # The response's own span (turnpike.gateway.observability.tracing.response_span); the engine ends it.
     span: trace.Span = trace.INVALID_SPAN

@@ -125,6 +125,15 @@ class CompactionOption(BaseModel):
     compact_threshold: Annotated[int, Between(1, expected="an integer")] | None = None
 
 
+class MultiAgentOption(BaseModel):
+    """OpenAI's server-hosted multi-agent execution (beta). Here it runs the response as
+    one rollout that waits for the client's tool outputs (``response.inject``); no
+    subagents are hosted."""
+
+    enabled: bool
+    max_concurrent_subagents: Annotated[int, Between(1, expected="an integer")] | None = None
+
+
 def _refused(field: str) -> Any:
     return Field(None, description=f"Turnpike: {UNSUPPORTED[field]} Refused when set.")
 
@@ -198,6 +207,14 @@ class CreateBody(CreateResponseBody):
         None,
         description="Turnpike: false to prepare the turn without generating (the "
         "WebSocket mode's warm-up). Default true.",
+    )
+    multi_agent: MultiAgentOption | None = Field(
+        None,
+        description="Turnpike (beta, WebSocket mode, on a connection opened with OpenAI-Beta: "
+        "responses_multi_agent=v1): enabled runs the response as one rollout that waits "
+        "for the outputs of its calls, committed by response.inject, and samples on in "
+        "the same response. No subagents are hosted: max_concurrent_subagents has no "
+        "effect. Over HTTP, or without the beta, enabled: true is refused.",
     )
     prompt: None = _refused("prompt")
     moderation: None = _refused("moderation")

@@ -79,6 +79,8 @@ class CreateRequest:
     # WebSocket only.
     stream_id: str | None = None
     generate: bool = True
+    # A rollout waiting on response.inject (beta; turnpike.gateway.protocol.injection).
+    multi_agent: bool = False
 
     @functools.cached_property
     def header_key(self) -> str:
@@ -190,9 +192,21 @@ def _validated(body: Any, *, websocket: bool) -> CreateBody:
         raise api_error(err, body) from None
 
 
-def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> CreateRequest:
-    """Validate a create body. Raises ApiError(400) naming the offending parameter."""
+def parse_create(
+    body: Any, *, default_model: str, websocket: bool = False, multi_agent_beta: bool = False
+) -> CreateRequest:
+    """Validate a create body. Raises ApiError(400) naming the offending parameter.
+    ``multi_agent_beta``: the connection was opened with the multi-agent beta."""
     fields = _validated(body, websocket=websocket)
+    multi_agent = fields.multi_agent is not None and fields.multi_agent.enabled
+    if multi_agent and not (websocket and multi_agent_beta):
+        raise invalid(
+            "multi_agent runs a response that waits for response.inject: it needs WebSocket "
+            "mode, on a connection opened with the header OpenAI-Beta: "
+            "responses_multi_agent=v1.",
+            "multi_agent",
+            "unsupported_parameter",
+        )
     background = bool(fields.background)
     if background and websocket:
         raise invalid(
@@ -254,6 +268,7 @@ def parse_create(body: Any, *, default_model: str, websocket: bool = False) -> C
         compact_now=compact_now,
         stream_id=getattr(fields, "stream_id", None),
         generate=_default(fields.generate, True),
+        multi_agent=multi_agent,
     )
 
 
