@@ -269,6 +269,14 @@ class GatewaySettings(EnvSettings):
         "(too_many_pending_steers).",
         ge=1,
     )
+    ws_drain_idle_s: Number = setting(
+        "TURNPIKE_WS_DRAIN_IDLE_S",
+        2.0,
+        "Seconds a stopping gateway leaves a WebSocket it finds idle to send one more "
+        "response.create before it closes it (1012); a socket closes at once after a "
+        "terminal event. Below TURNPIKE_GATEWAY_DRAIN_S.",
+        ge=0,
+    )
     ws_inject_wait_s: Number = setting(
         "TURNPIKE_WS_INJECT_WAIT_S",
         300.0,

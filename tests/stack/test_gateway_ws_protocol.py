@@ -295,8 +295,29 @@ def test_the_protocol_core_imports_without_io_libraries():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_a_drain_closes_an_idle_connection_at_once_with_1012():
-    [close] = session().on_drain()
+def test_a_drain_closes_an_idle_connection_with_1012_after_its_idle_grace():
+    """A close sent to an idle socket races the client's next create: a create the client
+    sent before the close reached it is dropped, and the SDK does not send it again (it
+    was sent). So an idle socket gets ``drain_idle_s`` to send one, first."""
+    ws = session(drain_idle_s=2.0)
+    assert ws.on_drain(T0) == []
+    assert ws.deadline(T0) == T0 + 2.0
+    assert ws.on_timer(T0 + 1.0) == []
+    [close] = ws.on_timer(T0 + 2.0)
+    assert isinstance(close, CloseConnection) and close.code == 1012
+    [close] = session(drain_idle_s=0.0).on_drain(T0)  # no grace: at once
+    assert isinstance(close, CloseConnection)
+
+
+def test_a_drain_closes_right_after_the_terminal_event_of_a_create_sent_in_the_grace():
+    """Right after a terminal event the client is busy with it (its tools, its next
+    request): the moment a close races nothing."""
+    ws = session(drain_idle_s=2.0)
+    assert ws.on_drain(T0) == []
+    [started] = ws.on_frame(create(), T0 + 0.5)
+    assert isinstance(started, StartResponse)
+    assert ws.deadline(T0 + 0.5) == T0 + LIFETIME  # a response runs: no idle grace
+    [close] = ws.on_response_done(started.request, T0 + 0.7)
     assert isinstance(close, CloseConnection) and close.code == 1012
 
 
@@ -304,7 +325,7 @@ def test_a_drain_waits_for_running_and_queued_responses_then_closes():
     ws = session(max_active=1)
     [first] = ws.on_frame(create(stream_id="a"))
     assert ws.on_frame(create(stream_id="a")) == []  # queued behind it
-    assert ws.on_drain() == []
+    assert ws.on_drain(T0) == []
     [second] = ws.on_response_done(first.request)  # the queued one still runs
     assert isinstance(second, StartResponse)
     # A create sent during the drain is served too: the client's frame is never lost.

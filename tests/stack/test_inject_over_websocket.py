@@ -74,7 +74,10 @@ def test_a_multi_agent_response_is_the_whole_loop_and_is_billed_once(
         final = seen[-1].response
         assert seen[-1].type == "response.completed", seen[-1]
         conn.response.create(
-            model="turnpike-sim", input="thanks, and tomorrow?", previous_response_id=final.id
+            model="turnpike-sim",
+            input="thanks, and tomorrow?",
+            tools=[TOOL],  # type: ignore[list-item]
+            previous_response_id=final.id,
         )
         follow = next(e for e in conn if e.type in ENDS)
     assert [e.type for e in seen].count("response.created") == 1

@@ -338,6 +338,7 @@ async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeli
         max_input_chars=settings.max_input_chars,
         max_pending_steers=settings.ws_max_pending_steers,
         multi_agent_beta=injection.beta_enabled(ws.headers.getlist("openai-beta")),
+        drain_idle_s=settings.ws_drain_idle_s,
     )
     conn = Connection(ws, gw, tenant, session, pipeline)
     metrics.WEBSOCKET_CONNECTIONS.inc()
@@ -355,7 +356,7 @@ async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeli
                     conn.leave()
                 break
             if DRAIN in message:
-                await conn.apply(session.on_drain())
+                await conn.apply(session.on_drain(time.monotonic()))
                 continue
             data = message.get("text")
             if data is None:

@@ -28,7 +28,10 @@ without one, as python-websockets tests its protocol core:
   response) are ignored, whatever id they name; any other unknown type is an ``error``
   event on its lane, never a close;
 - on a drain (the server stopping), the socket closes with 1012 once no response runs
-  or waits (``on_drain``);
+  or waits (``on_drain``): right after a terminal event (the client is busy with it), or,
+  when the drain finds it idle, after ``drain_idle_s`` without a create: a close races a
+  create the client is sending, which the server then drops and the SDK does not send
+  again (it was sent), so an idle socket first gets a moment to send one;
 - ``response.steer`` names a response of this connection (``websocket_steering``); a
   response that ends with steers queued is followed by a successor on its lane, which
   keeps its slot and goes before the creates queued there;
@@ -116,8 +119,11 @@ class WsSession:
         max_input_chars: int = 1024 * 1024,
         max_pending_steers: int = 8,
         multi_agent_beta: bool = False,
+        drain_idle_s: float = 2.0,
     ) -> None:
         self.multi_agent_beta = multi_agent_beta
+        self.drain_idle_s = drain_idle_s
+        self._drain_at: float | None = None  # a drain found it idle: close then
         self.default_model = default_model
         self.max_input_chars = max_input_chars
         self.max_frame_bytes = max_frame_bytes
@@ -153,14 +159,22 @@ class WsSession:
         """When the transport must call ``on_timer``; None when no timer is due (once the
         lifetime is over and nothing waits, the last response to finish closes the
         connection)."""
-        if self.closed or (now >= self.expires_at and self._lanes and not self._queued):
+        if self.closed:
             return None
-        return self.expires_at
+        due = []
+        if not (now >= self.expires_at and self._lanes and not self._queued):
+            due.append(self.expires_at)
+        if self._drain_at is not None and self.idle:
+            due.append(self._drain_at)
+        return min(due) if due else None
 
     def on_timer(self, now: float) -> list[Action]:
-        if now < self.expires_at:
-            return []
-        return self._expire_queued() + self._close_if_done(now)
+        actions: list[Action] = []
+        if now >= self.expires_at:
+            actions = self._expire_queued() + self._close_if_done(now)
+        if self._drain_at is not None and now >= self._drain_at:
+            actions += self._close_if_drained()
+        return actions
 
     def on_frame(self, data: str | bytes, now: float) -> list[Action]:
         if _over(data, self.max_frame_bytes):
@@ -292,10 +306,15 @@ class WsSession:
         """The response's ``response.created`` was sent: it can be steered."""
         self.steering.started(request, response_id)
 
-    def on_drain(self) -> list[Action]:
+    def on_drain(self, now: float) -> list[Action]:
         """The server is stopping: the socket closes (1012) once no response runs or
-        waits, never in the middle of one; what the client sends meanwhile is served."""
+        waits, never in the middle of one; what the client sends meanwhile is served.
+        Idle now, it closes after ``drain_idle_s``, or after the terminal event of a
+        create sent meanwhile."""
         self.draining = True
+        if self.idle and self.drain_idle_s > 0:
+            self._drain_at = now + self.drain_idle_s
+            return []
         return self._close_if_drained()
 
     def _close_if_drained(self) -> list[Action]:
