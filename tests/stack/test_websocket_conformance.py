@@ -1,7 +1,10 @@
 """WebSocket mode against OpenAI's published rules (issue 22), on a real gateway with raw
 frames: lanes, their limits and codes, the connection cache's eviction, ``generate:
 false``, acknowledgements and the 426 refusal. Each test names the rule it holds; the
-steering rules are in ``test_websocket_steering``.
+steering rules are in ``test_steering_over_websocket`` (and, one by one, the protocol
+core's ``tests/unit/gateway/test_websocket_steering.py``), the inject rules in
+``test_inject_over_websocket`` (``test_websocket_injection.py``), and a drain's in
+``test_gateway_process`` and ``tests/containers/test_rolling_restart.py``.
 
 Where OpenAI's documents leave a choice open, the test says which one Turnpike made
 (docs/api.md, "WebSocket mode").
