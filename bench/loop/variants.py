@@ -345,6 +345,9 @@ class InjectSession(WsSession):
                 result = _turn_from_response(
                     turn, event.response, ttft_ms or _ms(start), _ms(start)
                 )
+                # The output holds every step's calls: this turn's answer is its last item.
+                result.answer = event.response.output[-1].type
+                result.call = None
                 result.send_ms = send_ms
                 self.turns.append(result)
                 self._steps(event.response)

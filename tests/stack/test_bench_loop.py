@@ -21,7 +21,14 @@ PLOTS = (
     "loop_concurrency.png",
     "loop_capacity.png",
 )
-VARIANTS = ("legacy-http", "sprint-http", "connection-ws", "stateless-http", "direct-worker")
+VARIANTS = (
+    "legacy-http",
+    "sprint-http",
+    "connection-ws",
+    "inject-ws",
+    "stateless-http",
+    "direct-worker",
+)
 TURN_KEYS = {"turn", "answer", "ttft_ms", "turn_ms", "model_ms", "overhead_ms", "stages_ms"}
 
 
