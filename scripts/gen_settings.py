@@ -113,7 +113,7 @@ DOTENV_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("TURNPIKE_IMAGERES_MAX_REQUEST_PIXELS",),
     ),
     (
-        "A stopping gateway (docs/deployment.md, \"Deploys that break nothing\"): seconds it stays up\n"
+        'A stopping gateway (docs/deployment.md, "Deploys that break nothing"): seconds it stays up\n'
         "not ready, so HAProxy's checks (every 2 s, down after 2) move new requests away first;\n"
         "then seconds its responses in flight get. The gateway's stop_grace_period covers both.",
         ("TURNPIKE_SHUTDOWN_DELAY_S", "TURNPIKE_GATEWAY_DRAIN_S"),
