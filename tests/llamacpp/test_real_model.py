@@ -1,0 +1,158 @@
+"""A real model behind the OpenAI-compatible backend (issue 23): llama.cpp's server with
+Gemma 3 270M (the image `make image-llamacpp` builds), and a local stack whose workers
+point at it. One streamed answer, one structured output, one cancellation, and the usage
+in the ledger, all through the official SDK. `make test-llamacpp` runs it (after building
+the image); `make test` does not, since a cold build of the server takes minutes.
+
+The counts checked are the server's own: the prompt as its chat template renders it and
+its tokenizer counts it, never Turnpike's o200k renderer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import OpenAI
+from support.procs import free_port
+
+from turnpike.devstack import LocalStack, StackConfig, StackEndpoints
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "self-hosted"  # the router's entry for the OpenAI-compatible backend
+SERVED_AS = "gemma-3-270m"
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+    "required": ["city", "population"],
+    "additionalProperties": False,
+}
+
+
+def image() -> str:
+    for line in (REPO / ".env").read_text().splitlines():
+        if line.startswith("LLAMACPP_MODEL_IMAGE="):
+            return os.environ.get("LLAMACPP_MODEL_IMAGE", line.partition("=")[2])
+    raise AssertionError(".env names no LLAMACPP_MODEL_IMAGE")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """The model's container on a free loopback port: its /v1 URL."""
+    name, port = f"turnpike-llamacpp-test-{os.getpid()}", free_port()
+    if subprocess.run(["docker", "image", "inspect", image()], capture_output=True).returncode:
+        pytest.fail(f"{image()} is not built: run `make image-llamacpp`", pytrace=False)
+    subprocess.run(
+        ["docker", "run", "-d", "--rm", "--name", name, "--read-only", "--tmpfs", "/tmp",
+         "--cap-drop", "ALL", "--memory", "640m", "-p", f"127.0.0.1:{port}:8089", image(),
+         "-m", "/models/model.gguf", "--jinja", "--alias", SERVED_AS, "-t", "2", "-c", "4096"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "llama-server not ready within 60 s"
+            time.sleep(0.2)
+        yield base
+    finally:
+        subprocess.run(["docker", "stop", "-t", "5", name], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def real_stack(server: str) -> Iterator[StackEndpoints]:
+    env = {
+        "TURNPIKE_OPENAI_COMPAT_BASE_URL": f"{server}/v1",
+        "TURNPIKE_OPENAI_COMPAT_MODEL": SERVED_AS,
+    }
+    local = LocalStack(StackConfig.private(extra_env=env))
+    local.start()
+    try:
+        yield local.endpoints
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="module")
+def client(real_stack: StackEndpoints) -> Iterator[OpenAI]:
+    with OpenAI(base_url=real_stack.base_url, api_key=real_stack.api_key, max_retries=0) as c:
+        yield c
+
+
+def prompt_tokens(server: str, text: str) -> int:
+    """What the server counts for one user message: its template, then its tokenizer."""
+    messages = [{"role": "user", "content": text}]
+    prompt = httpx.post(f"{server}/apply-template", json={"messages": messages}).json()["prompt"]
+    tokens = httpx.post(f"{server}/tokenize", json={"content": prompt, "add_special": True})
+    return len(tokens.json()["tokens"])
+
+
+def usage_totals(stack: StackEndpoints) -> dict:
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    return httpx.get(f"{stack.base_url}/usage", headers=headers, timeout=10).json()
+
+
+def test_the_router_lists_the_real_model(client: OpenAI) -> None:
+    assert MODEL in {m.id for m in client.models.list()}
+
+
+def test_a_streamed_answer_carries_the_servers_token_counts_into_the_ledger(
+    client: OpenAI, real_stack: StackEndpoints, server: str
+) -> None:
+    question = "Write one sentence about the sea."
+    before = usage_totals(real_stack)
+    deltas, final = [], None
+    for event in client.responses.create(
+        model=MODEL, input=question, max_output_tokens=24, stream=True
+    ):
+        if event.type == "response.output_text.delta":
+            deltas.append(event.delta)
+        elif event.type in ("response.completed", "response.incomplete"):
+            final = event.response
+    assert final is not None and deltas
+    assert final.output_text == "".join(deltas)
+    usage = final.usage
+    assert usage is not None and 0 < usage.output_tokens <= 24
+    assert usage.input_tokens == prompt_tokens(server, question)
+    deadline = time.monotonic() + 15
+    while (after := usage_totals(real_stack))["responses"] == before["responses"]:
+        assert time.monotonic() < deadline, "no usage record"
+        time.sleep(0.2)
+    assert after["input_tokens"] - before["input_tokens"] == usage.input_tokens
+    assert after["output_tokens"] - before["output_tokens"] == usage.output_tokens
+
+
+def test_a_structured_output_is_valid_by_the_servers_grammar(client: OpenAI) -> None:
+    response = client.responses.create(
+        model=MODEL,
+        input="Name a city and its population.",
+        text={"format": {"type": "json_schema", "name": "city", "schema": SCHEMA, "strict": True}},
+        max_output_tokens=64,
+    )
+    answer = json.loads(response.output_text)
+    assert set(answer) == {"city", "population"}
+    assert isinstance(answer["city"], str) and isinstance(answer["population"], int)
+
+
+def test_a_client_that_leaves_stops_the_servers_generation(client: OpenAI, server: str) -> None:
+    stream = client.responses.create(
+        model=MODEL, input="Tell a very long story.", max_output_tokens=2000, stream=True
+    )
+    for seen, _ in enumerate(stream):
+        if seen == 8:
+            break
+    stream.close()
+    deadline = time.monotonic() + 10
+    while any(slot["is_processing"] for slot in httpx.get(f"{server}/slots").json()):
+        assert time.monotonic() < deadline, "the server still generates for a client gone"
+        time.sleep(0.2)
