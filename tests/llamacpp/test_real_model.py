@@ -156,3 +156,19 @@ def test_a_client_that_leaves_stops_the_servers_generation(client: OpenAI, serve
     while any(slot["is_processing"] for slot in httpx.get(f"{server}/slots").json()):
         assert time.monotonic() < deadline, "the server still generates for a client gone"
         time.sleep(0.2)
+
+
+def test_input_tokens_of_a_model_this_gateway_does_not_render_is_a_clear_400(
+    real_stack: StackEndpoints,
+) -> None:
+    """Turnpike's renderer would count o200k tokens of its own prompt format: a number
+    the server never sees (63 against its 30 for one short question)."""
+    reply = httpx.post(
+        f"{real_stack.base_url}/responses/input_tokens",
+        json={"model": MODEL, "input": "Write one sentence about the sea."},
+        headers={"Authorization": f"Bearer {real_stack.api_key}"},
+        timeout=30,
+    )
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert (error["code"], error["param"]) == ("unsupported_model", "model")

@@ -4,12 +4,15 @@ input items a stored response was generated from (``input_items``)."""
 
 from __future__ import annotations
 
+from turnpike.backend_names import OPENAI_COMPATIBLE
 from turnpike.gateway.engine.preparation import open_sealed
 from turnpike.gateway.pipeline.stages import Resources
 from turnpike.gateway.pipeline.stages.load_conversation import load_parent, load_stored_conversation
 from turnpike.gateway.pipeline.stages.render import render_all
 from turnpike.gateway.pipeline.stages.resolve_images import image_tokens
+from turnpike.gateway.pipeline.stages.resolve_model import resolve_model
 from turnpike.gateway.pipeline.stages.validate_history import join_conversation
+from turnpike.gateway.protocol.errors import invalid
 from turnpike.gateway.protocol.items import Item
 from turnpike.gateway.protocol.request import CreateRequest
 from turnpike.gateway.sealed import compaction
@@ -23,7 +26,21 @@ class ConversationReads:
 
     async def count_input_tokens(self, request: CreateRequest, tenant: str) -> int:
         """The prompt tokens ``request`` would have: its conversation rendered in full,
-        and its images (as generation and billing count them)."""
+        and its images (as generation and billing count them). A model served by an
+        OpenAI-compatible server is refused: that server's tokenizer and chat template
+        make its prompt, which Turnpike's renderer does not know (its usage carries the
+        server's counts)."""
+        model = self.res.model_cache.get(request.model) or await resolve_model(
+            self.res, request.model
+        )
+        if model.backend == OPENAI_COMPATIBLE:
+            raise invalid(
+                f"Input tokens of {model.id!r} are counted by the server that serves it (its "
+                "own tokenizer and chat template), not by this gateway; the usage of its "
+                "responses carries that server's counts.",
+                "model",
+                "unsupported_model",
+            )
         return (await self._full_conversation(request, tenant))[1]
 
     async def compact(self, request: CreateRequest, tenant: str) -> tuple[list[Item], int]:

@@ -30,21 +30,7 @@ class ResolveModel(Stage):
             return previous
         if self.cached and (cached := res.model_cache.get(name)) is not None:
             return cached
-        model = await res.backends.call(
-            "router",
-            res.backends.router.ResolveModel,
-            router_pb2.ResolveModelRequest(model=name),
-            {
-                grpc.StatusCode.NOT_FOUND: lambda _: invalid(
-                    f"The model {echo(name)} does not exist or you do not have access to it.",
-                    "model",
-                    "model_not_found",
-                )
-            },
-        )
-        # Filled on every pipeline: a cached pipeline later finds what any of them resolved.
-        res.model_cache.put(name, model)
-        return model
+        return await resolve_model(res, name)
 
     def check(self, p: Prepared) -> None:
         asked, model = p.request.max_output_tokens, p.model
@@ -55,3 +41,22 @@ class ResolveModel(Stage):
                 "max_output_tokens",
                 "invalid_value",
             )
+
+
+async def resolve_model(res: Resources, name: str) -> router_pb2.ModelConfig:
+    """The router's configuration of the model ``name``, or the API's not-found error."""
+    model = await res.backends.call(
+        "router",
+        res.backends.router.ResolveModel,
+        router_pb2.ResolveModelRequest(model=name),
+        {
+            grpc.StatusCode.NOT_FOUND: lambda _: invalid(
+                f"The model {echo(name)} does not exist or you do not have access to it.",
+                "model",
+                "model_not_found",
+            )
+        },
+    )
+    # Filled on every pipeline: a cached pipeline later finds what any of them resolved.
+    res.model_cache.put(name, model)
+    return model
