@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from support.billing_standin import recording_outbox
 from support.gateway_standins import StandIns, resources
+from support.local_stack import start_private_stack
 from support.procs import free_port, start_service
 
 from turnpike.devstack import LocalStack, StackConfig, StackEndpoints, StackError
@@ -43,9 +44,10 @@ STACK_ENV = {
 @pytest.fixture(scope="session")
 def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """The running ``LocalStack`` itself (its logs, its processes)."""
-    local = LocalStack(StackConfig.private(tmp_path_factory.mktemp("stack"), extra_env=STACK_ENV))
     try:
-        local.start()
+        local = start_private_stack(
+            lambda: StackConfig.private(tmp_path_factory.mktemp("stack"), extra_env=STACK_ENV)
+        )
     except StackError as exc:
         # Cached by pytest: every test needing the stack reports this, none retries.
         pytest.fail(f"the local stack did not start: {exc}", pytrace=False)
