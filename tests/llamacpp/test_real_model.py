@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 from openai import OpenAI
+from openai.types.responses import FunctionToolParam
 from support.procs import free_port
 
 from turnpike.devstack import LocalStack, StackConfig, StackEndpoints
@@ -172,3 +173,36 @@ def test_input_tokens_of_a_model_this_gateway_does_not_render_is_a_clear_400(
     assert reply.status_code == 400, reply.text
     error = reply.json()["error"]
     assert (error["code"], error["param"]) == ("unsupported_model", "model")
+
+
+def test_a_required_tool_call_the_model_does_not_make_fails_clearly_and_is_billed(
+    client: OpenAI, real_stack: StackEndpoints
+) -> None:
+    """This base model's template offers no tools: with tool_choice "required" it answers
+    in text. An answer that ends by itself without the call is a failed response naming
+    the cause, not a message that looks like an answer; what the model generated is
+    still billed. (Left to itself this model writes until the token limit: an incomplete
+    response, which is what it is. A json_schema format makes it end by itself.)"""
+    tool: FunctionToolParam = {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        "strict": False,
+    }
+    before = usage_totals(real_stack)
+    response = client.responses.create(
+        model=MODEL,
+        input="What is the weather in Paris?",
+        tools=[tool],
+        tool_choice="required",
+        text={"format": {"type": "json_schema", "name": "city", "schema": SCHEMA, "strict": True}},
+        max_output_tokens=128,
+    )
+    assert response.status == "failed"
+    assert response.error is not None and response.error.code == "tool_choice_not_followed"
+    assert response.usage is not None and response.usage.output_tokens > 0
+    deadline = time.monotonic() + 15
+    while usage_totals(real_stack)["responses"] == before["responses"]:
+        assert time.monotonic() < deadline, "the failed response was not billed"
+        time.sleep(0.2)

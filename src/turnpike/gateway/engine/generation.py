@@ -57,9 +57,14 @@ class StepEnd:
 
     usage: dict[str, Any]
     length: bool = False
+    # The model ended without a call although tool_choice required one: (code, message).
+    unmet: tuple[str, str] | None = None
 
     def terminal(self, events: ResponseEvents) -> list[Event]:
-        """The response completed (or incomplete, out of output tokens) with this usage."""
+        """The response completed (or incomplete, out of output tokens) with this usage;
+        failed, and billed, when the model ignored a tool_choice that required a call."""
+        if self.unmet is not None:
+            return events.failed(*self.unmet, self.usage)
         if self.length:
             return events.incomplete("max_output_tokens", self.usage)
         return [events.completed(self.usage)]
@@ -276,4 +281,25 @@ def _finished(
         u.output_tokens,
         u.reasoning_tokens,
     )
-    return StepEnd(use, length=finished.finish_reason == "length")
+    length = finished.finish_reason == "length"
+    return StepEnd(use, length=length, unmet=None if length else _unmet_tool_choice(prepared))
+
+
+def _unmet_tool_choice(prepared: Prepared) -> tuple[str, str] | None:
+    """A tool_choice that required a call (``required``, or a tool by name) the model
+    did not make. The simulator always follows it; a model behind a chat completions
+    server may not (a chat template without tools): a clear failure, not an answer that
+    looks like one."""
+    choice = prepared.request.tool_choice_name()
+    if choice in ("auto", "none") or not prepared.request.tools:
+        return None
+    assert prepared.response is not None
+    if any(item["type"] in CLIENT_CALLS for item in prepared.response["output"]):
+        return None
+    assert prepared.model is not None
+    return (
+        "tool_choice_not_followed",
+        f"The model {prepared.model.id!r} finished without calling a tool, although "
+        f"tool_choice required one ({choice!r}). Its server may not produce tool calls for "
+        "this model (a chat template without tools).",
+    )

@@ -75,6 +75,9 @@ class Rollout:
                     return ended
                 total.add(ended.usage, generation.model_ms)
                 _note_step(prepared, generation, ended.usage, prepare_ms)
+                if ended.unmet is not None:
+                    inbox.close()
+                    return StepEnd(total.usage(), unmet=ended.unmet)
                 last = number == self.max_steps
                 if ended.length or last or not (inbox.awaited or inbox.ready):
                     return self._end(inbox, events, queue, total, ended.length)

@@ -65,9 +65,10 @@ class ResponseEvents:
         self.response["incomplete_details"] = {"reason": reason}
         return [*events, self._lifecycle("response.incomplete")]
 
-    def failed(self, code: str, message: str) -> list[Event]:
+    def failed(self, code: str, message: str, usage: dict[str, Any] | None = None) -> list[Event]:
+        """Failed; with ``usage`` when the model did its work (it is billed)."""
         events = self._close_open_item("incomplete")
-        self._finish("failed", None)
+        self._finish("failed", usage)
         self.response["error"] = {"code": code, "message": message}
         return [*events, self._lifecycle("response.failed")]
 
