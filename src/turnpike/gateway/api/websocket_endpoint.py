@@ -228,8 +228,9 @@ class Connection:
                 event["stream_id"] = lane
             await self.send(event)
         except ApiError as err:
-            self.record(refused_frame(self.tenant, err.ws_event(lane)))
-            await self.send(err.ws_event(lane))
+            event = err.ws_event(lane)
+            self.record(refused_frame(self.tenant, event))
+            await self.send(event)
 
     async def _ended(self, last: dict, steering: SteerSignal) -> Ended | None:
         """How the response ended (None: its client left first), once the steers
