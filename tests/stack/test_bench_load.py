@@ -235,7 +235,9 @@ def test_plan_from_the_command_line() -> None:
 
 def test_quick_run_against_its_own_stack(tmp_path: Path) -> None:
     out, profiles = tmp_path / "results", tmp_path / "profiles"
-    command = ["--quick", "--start-stack", "--out", str(out)]
+    # 64 turns a cell: the quick run's 16 gave py-spy about 11 samples of the gateway at
+    # 100 Hz, too few to be sure that one landed in the engine (CI once found none).
+    command = ["--quick", "--min-turns", "64", "--start-stack", "--out", str(out)]
     command += ["--profile", str(profiles), "--profile-at", "4"]
     run = subprocess.run(
         [sys.executable, "-m", "bench.load", *command],

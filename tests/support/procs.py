@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from typing import Any
@@ -11,12 +10,12 @@ from typing import Any
 from support.paths import REPO_ROOT
 
 from turnpike.catalogue import service
+from turnpike.devstack import pick_free_ports
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port free on loopback, picked where a client's connection cannot take it first."""
+    return pick_free_ports(1)[0]
 
 
 # Settings a developer's shell may hold that would change a service under test.

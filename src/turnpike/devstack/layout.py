@@ -3,7 +3,6 @@ folder and extra variables (``StackConfig``, ``ServiceSpec``)."""
 
 from __future__ import annotations
 
-import socket
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -20,24 +19,10 @@ from turnpike.catalogue import (
     loopback_workers,
 )
 from turnpike.config import default_state_dir, ledger_path_in, vocab_dir_in
+from turnpike.devstack.ports import pick_free_ports
 
 # The processes of one of each service (the workers are numbered: worker-1, worker-2...).
 SINGLE_SERVICES = tuple(s for s in SERVICES if s is not WORKER)
-
-
-def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:
-    """``count`` distinct ports the OS reports free right now (all held open together,
-    so none is handed out twice)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 @dataclass(frozen=True)
