@@ -83,6 +83,21 @@ async def test_the_compliance_fixture_without_a_cross_reference_table_is_read(po
     assert part == {"type": "input_file", "filename": "f.pdf", "text": COMPLIANCE_FIXTURE_TEXT}
 
 
+async def test_a_workers_start_is_not_charged_to_the_pdfs_deadline(
+    pools, tmp_path, monkeypatch
+) -> None:
+    """A cold worker's interpreter start counts against no PDF: under load (make test
+    with two xdist workers and a compiler running) a start outlasted a 0.5 s deadline,
+    and the valid PDF after a bomb was refused as too complex. Here every worker starts
+    a second late (a sitecustomize that sleeps), and the deadline is half that."""
+    (tmp_path / "sitecustomize.py").write_text("import time\ntime.sleep(1.0)\n")
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    )
+    [part, _] = await read(pools(timeout_s=0.5), COMPLIANCE_FIXTURE)
+    assert part["text"] == COMPLIANCE_FIXTURE_TEXT
+
+
 async def test_pages_are_bounded(pools) -> None:
     err = await refusal(pools(max_pages=3), minimal_pdf("a", "b", "c", "d"))
     assert (err.status, err.code, err.param) == (400, "file_too_large", PARAM)

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from turnpike.config import PdfSettings
+from turnpike.gateway.upstream.pdf_worker import READY
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,9 @@ MAX_JOBS_PER_WORKER = 200
 # A reply longer than this is not one the worker meant: JSON of the most characters
 # allowed, at most 4 bytes each (6 for an escaped control character), and the keys.
 REPLY_SLACK_BYTES = 1024
+# How long a new worker may take to load before the host counts as overloaded (its
+# start is not part of any PDF's deadline).
+START_TIMEOUT_S = 30.0
 
 
 class PdfPoolBusy(Exception):
@@ -166,6 +170,19 @@ class PdfPool:
             raise PdfPoolBusy from None
         worker = _Worker(process)
         self._all.add(worker)
+        assert process.stdout is not None
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                ready = await process.stdout.readexactly(len(READY))
+        except (TimeoutError, EOFError, OSError):
+            ready = b""
+        except BaseException:
+            self._kill(worker)
+            raise
+        if ready != READY:
+            log.warning("a PDF worker did not start (exit code %s)", process.returncode)
+            self._kill(worker)
+            raise PdfPoolBusy
         return worker
 
     async def _exit_code(self, worker: _Worker) -> int:

@@ -8,6 +8,9 @@ set before it reads anything: its address space (``RLIMIT_AS``), CPU seconds per
 files, first in line for the OOM killer; the gateway kills it past a wall-clock deadline. Logging is off and stderr goes
 nowhere, so a PDF cannot flood the gateway's log.
 
+Once loaded it writes ``READY``, so the gateway starts a PDF's deadline only then: an
+interpreter that starts slowly on a busy host is not a PDF that reads slowly.
+
 Framing, both ways: an 8-byte big-endian length, then that many bytes. In: the PDF and
 the most characters of text wanted (``!Q`` before the PDF). Out: JSON, ``{"text": ...}``
 or ``{"error": "unreadable" | "encrypted" | "pages" | "chars", "pages": n}``.
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 LENGTH = struct.Struct("!Q")
+READY = b"PDF-TEXT-WORKER-READY\n"
 
 
 def limit_self(memory_bytes: int) -> None:
@@ -109,6 +113,8 @@ def main() -> None:
     limit_self(args.memory_bytes)
     import pypdfium2  # noqa: F401  (loaded once, within the limits, before the first PDF)
 
+    sys.stdout.buffer.write(READY)
+    sys.stdout.buffer.flush()
     serve(sys.stdin.buffer, sys.stdout.buffer, args.cpu_s, args.max_pages)
 
 
