@@ -29,7 +29,17 @@ import zipfile
 from pathlib import Path
 
 from compose import image_exists, read_env
-from images import BUILD, BUILD_ENV, REPO, STANDINS, StandIn, build_standin, say, tail
+from images import (
+    BUILD,
+    BUILD_ENV,
+    REPO,
+    STANDINS,
+    StandIn,
+    build_standin,
+    ensure_debootstrap,
+    say,
+    tail,
+)
 
 INPUTS = BUILD / "llamacpp"
 DOCKERFILE = REPO / "deploy" / "llamacpp" / "Dockerfile"
@@ -147,10 +157,15 @@ def main() -> int:
     sdist = fetch_sdist()
     assemble_model()
     toolchain = env["LLAMACPP_TOOLCHAIN_IMAGE"]
-    if not image_exists(toolchain):
-        build_standin(TOOLCHAIN, toolchain)
-    if not image_exists(env["PYTHON_IMAGE"]):
-        build_standin(STANDINS["python"], env["PYTHON_IMAGE"])
+    missing = [
+        (standin, image)
+        for standin, image in ((TOOLCHAIN, toolchain), (STANDINS["python"], env["PYTHON_IMAGE"]))
+        if not image_exists(image)
+    ]
+    if missing:  # a new machine: debootstrap is installed first, as `make images` does
+        ensure_debootstrap()
+    for standin, image in missing:
+        build_standin(standin, image)
     args = {
         "TOOLCHAIN_IMAGE": toolchain,
         "PYTHON_IMAGE": env["PYTHON_IMAGE"],
