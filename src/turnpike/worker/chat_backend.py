@@ -52,6 +52,7 @@ from turnpike import token_bytes
 from turnpike.config import ConfigError
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.worker.backends import InvalidRequestError, error_event
+from turnpike.worker.calls_as_json import CallChunks, as_json_call, required_tools
 from turnpike.worker.chat_request import MappingError, call_limit, chat_params
 from turnpike.worker.chat_stream import ChunkMapper, StreamProtocolError
 
@@ -113,6 +114,9 @@ class ChatBackend(ABC):
     SDK's client (``from_settings``) and reads its SDK's errors (``read_error``)."""
 
     label: ClassVar[str]  # names the backend in error messages and logs ("Cerebras")
+    # A required call asked as a json_schema response format (calls_as_json): for a
+    # server whose model's template makes no tool calls.
+    calls_as_json: bool = False
 
     def __init__(
         self,
@@ -165,6 +169,9 @@ class ChatBackend(ABC):
             params = chat_params(request)
         except MappingError as exc:
             raise InvalidRequestError(str(exc)) from exc
+        forced = required_tools(request) if self.calls_as_json else None
+        if forced:
+            params = as_json_call(params, forced)
         params |= {"stream": True, "stream_options": {"include_usage": True}}
         params |= self.tenant_params(request.tenant)
         mapper = ChunkMapper(
@@ -175,14 +182,19 @@ class ChatBackend(ABC):
         reported: ReportedTimings | None = None
         first_delta = last_delta = None
         retries = 0
+        resent = False
         while True:
             failure: Failure | None = None
             stream = None
+            unanswered = False
+            held = CallChunks(forced) if forced else None  # a try's own: retries start over
             try:
                 stream = await self.open_stream(params)
                 async for raw in stream:
                     chunk = _as_dict(raw)
                     reported = self.reported_timings(chunk) or reported
+                    if held is not None:
+                        chunk = held.feed(chunk)
                     for event in mapper.feed(chunk):
                         if event.HasField("delta"):
                             last_delta = self._clock()
@@ -190,6 +202,8 @@ class ChatBackend(ABC):
                                 first_delta = last_delta
                         yield event
             except Exception as exc:  # every failure becomes one Error event
+                upstream = self.read_error(exc)
+                unanswered = stream is None and upstream is not None and upstream.unreachable
                 failure = self._redacted(
                     self._failure(exc, opened=stream is not None, output=mapper.emitted)
                 )
@@ -198,6 +212,13 @@ class ChatBackend(ABC):
                     await stream.close()  # also when the caller cancels or goes away
             if failure is None:
                 break
+            if unanswered and not resent:
+                # No answer at all, e.g. a pooled connection the server had closed while
+                # idle ("Server disconnected without sending a response", llama.cpp's
+                # server): nothing was generated, so it is sent once more at once.
+                resent = True
+                log.info("%s: %s: sent again once", request.request_id, failure.message)
+                continue
             if failure.rate_limited and retries < self.max_retries:
                 delay = self._retry_delay(retries, failure.retry_after_s)
                 retries += 1

@@ -8,10 +8,16 @@ an API key (a server started without one ignores it) and the model name the serv
 knows (``--served-model-name``); without a name, the router's model id is sent as is.
 
 Each tenant's prompts get a ``cache_salt`` of their own (vLLM's prefix-cache isolation).
+With ``calls_as_json`` a call that tool_choice requires is asked as JSON
+(``calls_as_json``): for a model whose chat template makes no tool calls.
 
 An in-stream error event reaches us as the SDK's ``APIError`` without a status; these
 servers put the HTTP status in the error's ``code`` (``{"error": {"message", "type",
-"code": 429}}``), so that classifies it. The servers report no timings: ours stand in.
+"code": 429}}``), so that classifies it.
+
+Timings: llama.cpp's server puts its own on the last chunk (``timings``: ``prompt_ms``
+for the prefill of the uncached part of the prompt, ``predicted_ms`` for the decode),
+which then stand for prefill and decode; for a server that reports none, ours stand in.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from turnpike.config import WorkerSettings
 from turnpike.worker.chat_backend import (
     ChatBackend,
     ChatStream,
+    ReportedTimings,
     UpstreamError,
     body_message,
     check_limits,
@@ -46,11 +53,13 @@ class OpenAICompatibleBackend(ChatBackend):
         *,
         model: str = "",
         cache_salt: bool = True,
+        calls_as_json: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(worker_id, client, **kwargs)
         self.model = model  # the server's name for the model; empty: the request's
         self.cache_salt = cache_salt
+        self.calls_as_json = calls_as_json
 
     @classmethod
     def from_settings(cls, settings: WorkerSettings) -> OpenAICompatibleBackend | None:
@@ -73,6 +82,7 @@ class OpenAICompatibleBackend(ChatBackend):
             client,
             model=settings.openai_compat_model,
             cache_salt=settings.openai_compat_cache_salt,
+            calls_as_json=settings.openai_compat_calls_as_json,
             max_retries=settings.openai_compat_max_retries,
         )
 
@@ -90,6 +100,20 @@ class OpenAICompatibleBackend(ChatBackend):
             return {}
         salt = hashlib.blake2b(tenant.encode(), digest_size=16, person=b"turnpike-salt").hexdigest()
         return {"extra_body": {"cache_salt": salt}}
+
+    def reported_timings(self, chunk: Mapping[str, Any]) -> ReportedTimings | None:
+        """llama.cpp's ``timings`` (ms already); queue and total stay ours."""
+        info = chunk.get("timings")
+        if not isinstance(info, Mapping):
+            return None
+
+        def ms(key: str) -> float | None:
+            value = info.get(key)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+                return None
+            return float(value)
+
+        return ReportedTimings(prefill_ms=ms("prompt_ms"), decode_ms=ms("predicted_ms"))
 
     def read_error(self, exc: Exception) -> UpstreamError | None:
         known = sdk_error(exc, APIStatusError, APIConnectionError)
