@@ -85,6 +85,22 @@ def test_an_answer_cut_by_the_token_limit_is_length_and_no_call() -> None:
 @pytest.mark.parametrize("text", ["not json", '{"name": "rm_rf", "arguments": {}}', "[1]"])
 def test_an_answer_that_is_not_an_allowed_call_is_a_protocol_error(text) -> None:
     held = CallChunks([READ])
-    held.feed(chunk(text))
     with pytest.raises(StreamProtocolError):
+        held.feed(chunk(text))
         held.feed(chunk(finish="stop"))
+
+
+def test_the_call_streams_as_it_is_written() -> None:
+    """Its name as soon as it is written, its arguments as they come: the gateway hears
+    from the worker while a slow model writes (it gives up on a worker silent for 30 s),
+    and the closing brace that may end the outer object waits for what follows it."""
+    held = CallChunks([READ])
+    assert held.feed(chunk('{"name": "read_'))["choices"] == []
+    [first] = held.feed(chunk('file", "arguments": {"pa'))["choices"]
+    [call] = first["delta"]["tool_calls"]
+    assert call["function"] == {"name": "read_file", "arguments": '{"pa'} and call["id"]
+    [more] = held.feed(chunk('th": "a"}'))["choices"]
+    assert more["delta"]["tool_calls"][0]["function"]["arguments"] == 'th": "a"'
+    [last] = held.feed(chunk(" }", finish="stop"))["choices"]
+    assert last["delta"]["tool_calls"][0]["function"]["arguments"] == "}"
+    assert last["finish_reason"] == "tool_calls"
