@@ -124,6 +124,9 @@ class Compose:
                 env["TURNPIKE_OPENAI_COMPAT_MODEL"] = "gemma-3-270m"  # its --alias
             # Its template makes no tool calls: a required one is asked as JSON.
             env.setdefault("TURNPIKE_OPENAI_COMPAT_CALLS_AS_JSON", "true")
+            # Its prefill on CPU is long (16k tokens at a few hundred a second): the
+            # gateway waits longer for a silent worker.
+            env.setdefault("TURNPIKE_WORKER_SILENCE_TIMEOUT_S", "180")
         return env
 
     def run(

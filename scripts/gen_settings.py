@@ -127,6 +127,7 @@ DOTENV_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "TURNPIKE_OPENAI_COMPAT_BASE_URL",
             "TURNPIKE_OPENAI_COMPAT_API_KEY",
             "TURNPIKE_OPENAI_COMPAT_MODEL",
+            "TURNPIKE_OPENAI_COMPAT_CALLS_AS_JSON",
         ),
     ),
 )

@@ -26,6 +26,8 @@ CONTAINER_PORT = 8089
 # prompt cache the image bounds (LLAMA_ARG_CACHE_RAM).
 MEMORY_LIMIT = "640m"
 READY_TIMEOUT_S = 60.0
+# How long the gateway lets a worker say nothing: this server's longest prefill.
+PREFILL_SILENCE_S = "180"
 
 
 class LlamaServerError(RuntimeError):
@@ -51,12 +53,15 @@ class LlamaServer:
         return f"http://{LOOPBACK}:{self.port}"
 
     def worker_env(self) -> dict[str, str]:
-        """What every worker of the stack needs to send its requests here."""
+        """What the stack's processes need to send their requests here (every process
+        gets them; each reads its own)."""
         return {
             "TURNPIKE_OPENAI_COMPAT_BASE_URL": f"{self.base_url}/v1",
             "TURNPIKE_OPENAI_COMPAT_MODEL": SERVED_AS,
             # Its template makes no tool calls: a required one is asked as JSON.
             "TURNPIKE_OPENAI_COMPAT_CALLS_AS_JSON": "true",
+            # Prefill on CPU: 16k tokens at a few hundred a second, slower on a busy host.
+            "TURNPIKE_WORKER_SILENCE_TIMEOUT_S": PREFILL_SILENCE_S,
         }
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:
