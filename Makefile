@@ -121,7 +121,8 @@ bench-real-model: image-llamacpp
 test-llamacpp: image-llamacpp
 	$(PY) -m pytest -p no:cacheprovider tests/llamacpp
 
-up: images
+# The llamacpp profile needs its images, built here when missing (make image-llamacpp).
+up: images $(if $(findstring llamacpp,$(PROFILES)),image-llamacpp)
 	$(PY) deploy/compose.py up
 
 down:
