@@ -107,6 +107,8 @@ class Failure:
     retryable: bool
     rate_limited: bool = False
     retry_after_s: float | None = None
+    # The server never answered (no connection, or one it had closed): nothing generated.
+    unanswered: bool = False
 
 
 class ChatBackend(ABC):
@@ -186,7 +188,6 @@ class ChatBackend(ABC):
         while True:
             failure: Failure | None = None
             stream = None
-            unanswered = False
             held = CallChunks(forced) if forced else None  # a try's own: retries start over
             try:
                 stream = await self.open_stream(params)
@@ -202,8 +203,6 @@ class ChatBackend(ABC):
                                 first_delta = last_delta
                         yield event
             except Exception as exc:  # every failure becomes one Error event
-                upstream = self.read_error(exc)
-                unanswered = stream is None and upstream is not None and upstream.unreachable
                 failure = self._redacted(
                     self._failure(exc, opened=stream is not None, output=mapper.emitted)
                 )
@@ -212,7 +211,7 @@ class ChatBackend(ABC):
                     await stream.close()  # also when the caller cancels or goes away
             if failure is None:
                 break
-            if unanswered and not resent:
+            if failure.unanswered and not resent:
                 # No answer at all, e.g. a pooled connection the server had closed while
                 # idle ("Server disconnected without sending a response", llama.cpp's
                 # server): nothing was generated, so it is sent once more at once.
@@ -287,6 +286,7 @@ class ChatBackend(ABC):
                 "backend_unavailable",
                 f"{self.label} could not be reached: {upstream.message}",
                 True,
+                unanswered=True,
             )
         if upstream is not None or isinstance(
             exc, StreamProtocolError | httpx.HTTPError | ValueError
