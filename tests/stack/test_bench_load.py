@@ -5,6 +5,7 @@ and billed once, overhead is never negative, every service is accounted for."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -143,12 +144,12 @@ def test_ratios_targets_and_report_tables() -> None:
     cells = [
         _cell("websocket", 1, 10.0),
         _cell("http", 1, 20.0),
-        _cell("websocket", 50, 25.0),
+        _cell("websocket", 50, 35.0),
         _cell("http", 50, 30.0),
         _cell("websocket", 100, 80.0, errors=2),
     ]
     add_ratios(cells)
-    assert [c["overhead_p50_vs_1"] for c in cells] == [1.0, 1.0, 2.5, 1.5, 8.0]
+    assert [c["overhead_p50_vs_1"] for c in cells] == [1.0, 1.0, 3.5, 1.5, 8.0]
     found = targets(cells, "turnpike-sim")
     assert found[0]["measured"] == 10.0  # one loop over WebSocket
     fifty = {t["name"]: t for t in found if t["name"].startswith("50 loops")}
@@ -158,7 +159,7 @@ def test_ratios_targets_and_report_tables() -> None:
     assert fifty["50 loops over http at turnpike-sim: p50 overhead vs one loop"]["pass"] is True
     hundred = found[-1]
     assert hundred["measured"] == 8.0 and "2 errors (2 dropped connections)" in hundred["detail"]
-    assert "25.0 ms vs 10.0 ms alone (2.5x)" in found[1]["detail"]
+    assert "35.0 ms vs 10.0 ms alone (3.5x)" in found[1]["detail"]
 
     data = {
         "command": "make bench-load",
@@ -195,7 +196,7 @@ def test_ratios_targets_and_report_tables() -> None:
     assert "| http | 50 | 3/3 |" in text and "| 8.00x |" in text
     # CPU per turn: every service, the stack's sum, the client.
     assert (
-        "| websocket | 1 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 7.00 | - | 0.50 | 0.02 | 0.00 |"
+        "| websocket | 1 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 1.00 | 7.00 | - | - | 0.50 | 0.02 | 0.00 |"
         in text
     )
     assert "## Errors" in text and "| websocket | 100 | socket dropped (close 1006) | 2 |" in text
@@ -279,10 +280,18 @@ def test_quick_run_against_its_own_stack(tmp_path: Path) -> None:
     assert all(spent[name] > 0 for name in busy), (spent, run.stdout[-2000:])
     assert cells[("websocket", 1)]["overhead_p50_vs_1"] == 1.0
     assert data["targets"][0]["name"].startswith("One loop over WebSocket")
+    # The machine's unit, measured at both ends of the run, and every CPU figure in it.
+    unit = data["machine_unit"]
+    assert unit["hop_cpu_ms"] > 0 and unit["start"]["hop"]["wall_ms"] > 0
+    assert unit["end"]["stream_message"]["cpu_ms"] > 0
+    for c in data["summary"]:
+        hops, ms = c["cpu_hops_per_turn"]["stack"], c["cpu_ms_per_turn"]["stack"]
+        assert hops == round(ms / unit["hop_cpu_ms"], 2), c
 
     markdown = (out / "load.md").read_text()
     assert "## Latency and throughput" in markdown and "| websocket | 4 |" in markdown
     assert "## CPU per completed turn, ms" in markdown and "(load.png)" in markdown
+    assert "## The machine's unit" in markdown and "stack hops" in markdown
     assert (out / "load.png").stat().st_size > 10_000
     # A flame graph of every process, taken while four loops ran over WebSocket.
     flames = {p.stem: p.read_text() for p in profiles.glob("*.svg")}
@@ -329,3 +338,105 @@ def test_runs_side_by_side(tmp_path: Path) -> None:
         "make bench-load BENCH_ARGS='--loops 1,10'"
     )
     assert without_out("make bench-load BENCH_ARGS='--out /x'") == "make bench-load"
+
+
+def test_variants_are_parsed_summarized_and_compared() -> None:
+    from bench.load.report import markdown
+    from bench.load.stats import add_hops, add_ratios, comparisons, summarize
+    from bench.load.variants import Variant, parse_variant
+
+    assert parse_variant("after") == Variant("after")
+    traced = parse_variant("traced=rev:HEAD~1+tracing+env:TURNPIKE_ACCESS_LOG=false")
+    assert traced == Variant("traced", "HEAD~1", True, (("TURNPIKE_ACCESS_LOG", "false"),))
+    for bad in ("a b", "x=gpu", "x=rev:", "x=env:NOVALUE", "x=tracing:yes", "=rev:HEAD"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_variant(bad)
+
+    def cell(variant: str, repeat: int, loops: int, p50: float, cpu: float) -> dict:
+        c = _cell("websocket", loops, p50)
+        c["cpu_ms_per_turn"] = {"gateway": cpu, "stack": 2 * cpu}
+        return {"variant": variant, "repeat": repeat, **c}
+
+    cells = [
+        cell("before", 1, 1, 10.0, 4.0),
+        cell("after", 1, 1, 8.0, 2.0),
+        cell("after", 2, 1, 6.0, 3.0),
+        cell("before", 2, 1, 12.0, 5.0),
+        cell("after", 3, 1, 100.0, 9.0),  # one slow repeat: the median holds
+        cell("before", 3, 1, 11.0, 4.5),
+    ]
+    summary = summarize(cells)
+    add_ratios(summary)
+    add_hops(summary, 0.5)
+    by_variant = {r["variant"]: r for r in summary}
+    assert by_variant["after"]["repeats"] == 3 and by_variant["after"]["turns_ok"] == 9
+    assert by_variant["after"]["overhead_ms"]["p50"] == 8.0
+    assert by_variant["after"]["cpu_ms_per_turn"] == {"gateway": 3.0, "stack": 6.0}
+    assert by_variant["after"]["cpu_hops_per_turn"]["stack"] == 12.0  # 6 ms over 0.5 ms
+    (row,) = comparisons(summary)
+    assert (row["variant"], row["reference"]) == ("after", "before")
+    assert row["overhead_p50"] == {"reference": 11.0, "value": 8.0, "ratio": 0.727}
+    assert row["stack_cpu_ms"]["ratio"] == round(6.0 / 9.0, 3)
+
+    data = {
+        "command": "make bench-load BENCH_ARGS='--variant before=rev:HEAD~1 --variant after'",
+        "mode": "full",
+        "date": "2026-12-05T00:00:00+00:00",
+        "duration_s": 60.0,
+        "machine": {
+            "cpu_count": 2,
+            "implementation": "CPython",
+            "python": "3.11",
+            "platform": "Linux",
+            "loadavg_start": [1.0, 1.0, 1.0],
+            "loadavg_end": [1.0, 1.0, 1.0],
+        },
+        "machine_unit": {
+            "hop_cpu_ms": 0.5,
+            **{
+                end: {
+                    "hop_cpu_ms": 0.5,
+                    "calls": 3000,
+                    "repeats": 3,
+                    "hop": {"wall_ms": 0.4},
+                    "stream_message": {"cpu_ms": 0.25},
+                }
+                for end in ("start", "end")
+            },
+        },
+        "stack": "two stacks",
+        "variants": [
+            {"name": "before", "describe": "revision HEAD~1", "spans": None},
+            {"name": "after", "describe": "this checkout", "spans": None},
+        ],
+        "params": {
+            "tools": 8,
+            "output_chars": 4000,
+            "turns": 3,
+            "model": "turnpike-sim",
+            "stagger_s": 0.5,
+            "min_turns": 3,
+            "repeats": 3,
+            "clients": {"websocket": "websockets 1", "http": "httptools 1"},
+        },
+        "idle_cpu_ms_per_s": {"before": {"gateway": 1.0}, "after": {"gateway": 1.0}},
+        "cells": cells,
+        "summary": summary,
+        "comparisons": comparisons(summary),
+        "targets": [],
+        "plots": ["load.png"],
+    }
+    text = markdown(data)
+    assert "one per variant" in text and "one hop was **0.5000 ms**" in text
+    assert "| after vs before | websocket | 1 | 11.0 / 8.0 (0.73x) |" in text
+    assert "| variant | repeat | transport | loops |" in text  # every cell, named
+    assert "before: gateway 1" in text
+
+
+def test_a_revision_is_exported_with_its_stubs() -> None:
+    from bench.load.variants import source_of
+
+    src = source_of("HEAD")
+    assert (src / "turnpike" / "gateway" / "__main__.py").exists()
+    assert (src / "turnpike" / "safety" / "v1" / "safety_pb2.py").exists()  # generated there
+    assert source_of("HEAD") == src  # kept, not exported twice
