@@ -3,8 +3,9 @@
 grpcio deserializes before any servicer runs, and answers a message it cannot parse
 with INTERNAL (unary) or UNKNOWN with a logged traceback (streaming replies). This
 interceptor wraps each method's deserializer so a ``DecodeError`` becomes a marker, and
-its behaviour so the marker aborts with INVALID_ARGUMENT. It must be the innermost
-interceptor: the others keep the deserializer it installs.
+its behaviour so the marker aborts with INVALID_ARGUMENT (on a session stream, the
+stream ends so: the gateway asks by calls). It must be the innermost interceptor: the
+others keep the deserializer it installs. A method's wrapped handler is made once.
 """
 
 from __future__ import annotations
@@ -52,6 +53,22 @@ def _unary(inner: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     return behavior
 
 
+def _requests_streaming(inner: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
+    async def behavior(
+        requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        async def checked() -> AsyncIterator[Any]:
+            async for request in requests:
+                if isinstance(request, _Malformed):
+                    await _refuse(request, context)
+                yield request
+
+        async for message in inner(checked(), context):
+            yield message
+
+    return behavior
+
+
 def _streaming(inner: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
     async def behavior(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         if isinstance(request, _Malformed):
@@ -67,23 +84,44 @@ def _streaming(inner: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
 
 
 class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self) -> None:
+        # method -> (the handler it wraps, the wrapped one): built on a method's first call.
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming:
-            return handler  # our services take one request message per call
-        deserializer = _tolerant(handler.request_deserializer)
-        if handler.response_streaming:
-            return grpc.unary_stream_rpc_method_handler(
-                _streaming(handler.unary_stream),
-                request_deserializer=deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return grpc.unary_unary_rpc_method_handler(
-            _unary(handler.unary_unary),
+        if handler is None:
+            return handler
+        known = self._wrapped.get(handler_call_details.method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        wrapped = _wrap(handler)
+        self._wrapped[handler_call_details.method] = (handler, wrapped)
+        return wrapped
+
+
+def _wrap(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    deserializer = _tolerant(handler.request_deserializer)
+    if handler.request_streaming:
+        if not handler.response_streaming:
+            return handler  # no service of ours takes a stream and answers once
+        return grpc.stream_stream_rpc_method_handler(
+            _requests_streaming(handler.stream_stream),
             request_deserializer=deserializer,
             response_serializer=handler.response_serializer,
         )
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(
+            _streaming(handler.unary_stream),
+            request_deserializer=deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return grpc.unary_unary_rpc_method_handler(
+        _unary(handler.unary_unary),
+        request_deserializer=deserializer,
+        response_serializer=handler.response_serializer,
+    )

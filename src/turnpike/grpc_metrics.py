@@ -1,5 +1,6 @@
 """Per-RPC duration and outcome of every gRPC service, recorded by a server interceptor
-(one place, so every method of every backend is counted the same way)."""
+(one place, so every method of every backend is counted the same way). A method's timed
+handler is made on its first call and kept: a call costs a lookup, not a new handler."""
 
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ def _code_of(context: grpc.aio.ServicerContext, error: BaseException | None) -> 
 class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
     """Wraps each method's handler to time it and count its status code."""
 
+    def __init__(self) -> None:
+        # method -> (the handler it wraps, the timed one): built on a method's first call.
+        self._timed: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -50,11 +55,17 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
+        known = self._timed.get(handler_call_details.method)
+        if known is not None and known[0] is handler:
+            return known[1]
         service, _, method = handler_call_details.method.lstrip("/").rpartition("/")
         timer = _CallTimer(service, method)
         if handler.response_streaming:
-            return _replace(handler, _timed_stream(_behavior(handler), timer))
-        return _replace(handler, _timed_unary(_behavior(handler), timer))
+            timed = _replace(handler, _timed_stream(_behavior(handler), timer))
+        else:
+            timed = _replace(handler, _timed_unary(_behavior(handler), timer))
+        self._timed[handler_call_details.method] = (handler, timed)
+        return timed
 
 
 class _CallTimer:

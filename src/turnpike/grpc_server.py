@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from turnpike import metrics, telemetry
+from turnpike import metrics, runtime, telemetry
 from turnpike.config import GrpcServerSettings, log_level
 from turnpike.grpc_malformed import MalformedRequestInterceptor
 from turnpike.grpc_metrics import RpcMetricsInterceptor
@@ -65,6 +65,7 @@ async def serve(
     for name in ["", *grpc_service_names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("%s serving on %s", service_name, address)
+    runtime.tune_gc()  # start-up is done: what it built is long-lived
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -96,4 +97,4 @@ def run(
 ) -> None:
     """Entry point for ``python -m <service>``."""
     configure_logging()
-    asyncio.run(serve(service_name, grpc_service_names, register, settings, on_shutdown))
+    runtime.run(serve(service_name, grpc_service_names, register, settings, on_shutdown))

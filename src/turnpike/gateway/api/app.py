@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from turnpike import telemetry
+from turnpike import runtime, telemetry
 from turnpike.config import GatewaySettings
 from turnpike.gateway.api import conversations as conversations_api
 from turnpike.gateway.api import dashboard as dashboard_api
@@ -43,6 +43,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         gateway = Gateway.build(settings)
         await gateway.start()
         app.state.gateway = gateway
+        runtime.tune_gc()  # start-up is done: what it built is long-lived
         draining = lame_duck_on_sigterm(settings.shutdown_delay_s, gateway.start_draining)
         with reload_on_sighup(gateway.keys), draining:  # the tenants file, re-read
             yield
