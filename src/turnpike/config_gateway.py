@@ -364,6 +364,26 @@ class GatewaySettings(EnvSettings):
         "shedding). 0 turns it off. From the capacity `make bench-overload` measures.",
         ge=0,
     )
+    session_streams: Flag = setting(
+        "TURNPIKE_SESSION_STREAMS",
+        True,
+        "Each client connection (a WebSocket, or a chain of HTTP turns) asks safety and the "
+        "tokenizer on a long-lived stream of its own instead of a call per turn; safety keeps "
+        "the connection's state, so a turn sends only its new items. Off: a call per turn.",
+    )
+    session_streams_max: Integer = setting(
+        "TURNPIKE_SESSION_STREAMS_MAX",
+        1024,
+        "Client connections with session streams per gateway process at most (HTTP chains' "
+        "idle ones are closed first); the others ask by calls.",
+        ge=1,
+    )
+    session_idle_s: Number = setting(
+        "TURNPIKE_SESSION_IDLE_S",
+        60.0,
+        "Seconds a chain of HTTP turns keeps its session streams without a turn.",
+        gt=0,
+    )
     access_log: Flag = setting(
         "TURNPIKE_ACCESS_LOG",
         True,

@@ -82,6 +82,14 @@ class GrpcServerSettings(EnvSettings):
         ge=0,
     )
     max_message_bytes: int = Field(default_factory=grpc_max_message_bytes)
+    max_sessions: Integer = setting(
+        "TURNPIKE_GRPC_MAX_SESSIONS",
+        4096,
+        "Session streams (one per client connection, from the gateway to safety and the "
+        "tokenizer) one service process keeps open at most; past it a new one is refused "
+        "and the gateway asks by calls.",
+        ge=1,
+    )
 
     @classmethod
     def for_service(cls, name: str) -> GrpcServerSettings:

@@ -7,7 +7,7 @@ metadata; the gateway's 400 then names it as ``param``. Nothing is sent on succe
 
 from __future__ import annotations
 
-import grpc
+from typing import Any, Protocol
 
 PARAM_METADATA_KEY = "turnpike-param"
 
@@ -17,7 +17,11 @@ def param_metadata(param: str | None) -> tuple[tuple[str, str], ...]:
     return ((PARAM_METADATA_KEY, param),) if param else ()
 
 
-def refused_param(err: grpc.aio.AioRpcError, default: str) -> str:
+class HasTrailingMetadata(Protocol):
+    def trailing_metadata(self) -> Any: ...
+
+
+def refused_param(err: HasTrailingMetadata, default: str) -> str:
     """The field the refusal names, or ``default`` when it names none."""
     for key, value in err.trailing_metadata() or ():
         if key == PARAM_METADATA_KEY and isinstance(value, str):

@@ -70,6 +70,20 @@ def setup_tracing(default_service_name: str) -> bool:
     return True
 
 
+def enabled() -> bool:
+    """Whether this process exports spans (``setup_tracing`` installed a provider)."""
+    return _enabled
+
+
+def is_noop(tracer: trace.Tracer) -> bool:
+    """Whether ``tracer``'s spans would be dropped unseen: the API's proxy while this
+    process exports nothing (a provider is installed only by ``setup_tracing``). A hot
+    path then skips making them: an empty span still costs a context switch in and out,
+    some microseconds a stage. (Asking the API for its provider reads the environment
+    each time, which costs as much.)"""
+    return not _enabled and isinstance(tracer, trace.ProxyTracer)
+
+
 def shutdown_tracing() -> None:
     """Flush what is buffered and stop exporting (at process exit)."""
     provider = trace.get_tracer_provider()

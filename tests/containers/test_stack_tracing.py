@@ -54,8 +54,9 @@ def test_one_http_request_is_one_trace_across_the_containers(container_stack, ot
     check_hops(members)
     check_gateway_calls_sit_in_the_root(members, root)
     for service, rpc in [
-        ("safety", "classify"),
-        ("tokenizer", "render"),
+        # Asked on the HTTP chain's session streams (sprint pipeline).
+        ("safety", "classify_session"),
+        ("tokenizer", "render_session"),
         ("router", "route"),
         ("worker", "generate"),
     ]:

@@ -128,8 +128,14 @@ def check_stages(response: Span, members: list[Span], expected: set[str]) -> dic
     for stage in stages.values():
         assert stage.service == "gateway" and stage.parent_id == response.span_id, tree(members)
     gateway_calls = {s.name: s for s in members if s.service == "gateway" and s.kind == CLIENT}
-    calls = [("classify", "stage.safety"), ("render", "stage.render"), ("route", "stage.route")]
-    if response.attributes["turnpike.pipeline"] == "legacy":
+    # Legacy calls safety and the tokenizer; the others ask on the connection's streams.
+    legacy = response.attributes["turnpike.pipeline"] == "legacy"
+    calls = [
+        ("classify" if legacy else "classify_session", "stage.safety"),
+        ("render" if legacy else "render_session", "stage.render"),
+        ("route", "stage.route"),
+    ]
+    if legacy:
         # The other pipelines keep model configurations in process: no router call.
         calls.append(("resolve", "stage.resolve_model"))
     for rpc, stage_name in calls:

@@ -30,6 +30,9 @@ RPC = {
     "resolve": "/turnpike.router.v1.Router/ResolveModel",
     "classify": "/turnpike.safety.v1.Safety/Classify",
     "render": "/turnpike.tokenizer.v1.Tokenizer/Render",
+    # A turn asked on its connection's session streams (sprint and connection pipelines).
+    "classify_session": "turnpike.safety.v1.Safety/ClassifySession exchange",
+    "render_session": "turnpike.tokenizer.v1.Tokenizer/RenderSession exchange",
     "route": "/turnpike.router.v1.Router/Route",
     "generate": "/turnpike.inference.v1.Inference/Generate",
     "proxy": "/turnpike.imageres.v1.ImageResolver/ProxyGenerate",

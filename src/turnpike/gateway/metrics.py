@@ -144,3 +144,22 @@ SHED = Counter(
     "than its share).",
     ["reason"],
 )
+SESSION_STREAMS = Gauge(
+    "turnpike_gateway_session_streams",
+    "Session streams open now (one per client connection and per-turn service: safety, "
+    "tokenizer; turnpike.gateway.upstream.sessions).",
+    ["service"],
+    multiprocess_mode="livesum",
+)
+SESSION_STREAM_BREAKS = Counter(
+    "turnpike_gateway_session_stream_breaks",
+    "Session streams that failed (the service restarted, a reply came late or out of "
+    "order): the turns waiting on them asked by calls instead.",
+    ["service"],
+)
+SESSION_EXCHANGES = Counter(
+    "turnpike_gateway_session_exchanges",
+    "Turns asked on session streams, by outcome: ok, refused (the request's error, as a "
+    "call would have had it), broken (asked again by a call).",
+    ["service", "outcome"],
+)

@@ -28,6 +28,7 @@ from turnpike.gateway.tenancy.tenants import TenantDirectory
 from turnpike.gateway.upstream.backends import Backends
 from turnpike.gateway.upstream.billing_outbox import BillingOutbox
 from turnpike.gateway.upstream.pdf_pool import PdfPool
+from turnpike.gateway.upstream.sessions import Sessions, SessionSettings
 from turnpike.image_resolution import Limits
 
 PIPELINE_HEADER = "x-turnpike-pipeline"
@@ -84,6 +85,15 @@ class Gateway:
             conversations,
             Sealer.from_setting(settings.server_key),
             pdf=PdfPool(settings.pdf),
+            sessions=Sessions(
+                backends,
+                SessionSettings(
+                    settings.session_streams,
+                    settings.session_streams_max,
+                    settings.session_idle_s,
+                    settings.backend_timeout_s,
+                ),
+            ),
         )
         admission = AdmissionControl(build_limiter(settings), InFlight(settings.max_in_flight))
         engine = ResponseEngine(
@@ -112,6 +122,8 @@ class Gateway:
 
     async def stop(self, grace_s: float = 10.0) -> None:
         await self.engine.drain(grace_s)
+        if self.engine.res.sessions is not None:
+            self.engine.res.sessions.close()
         if self.engine.background.shared is not None:
             await self.engine.background.shared.close()
         await self.outbox.close(grace_s)

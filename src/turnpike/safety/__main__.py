@@ -12,6 +12,7 @@ from turnpike.safety.policy import Thresholds
 from turnpike.safety.server import SafetyServicer
 from turnpike.safety.state import ConversationStore
 from turnpike.safety.v1 import safety_pb2, safety_pb2_grpc
+from turnpike.session_server import SessionLimit
 
 
 def main() -> None:
@@ -24,7 +25,7 @@ def main() -> None:
         Thresholds.from_settings(settings),
         ConversationStore(settings.state_max_conversations),
     )
-    servicer = SafetyServicer(engine)
+    servicer = SafetyServicer(engine, SessionLimit(server_settings.max_sessions))
 
     def register(server: grpc.aio.Server) -> None:
         safety_pb2_grpc.add_SafetyServicer_to_server(servicer, server)

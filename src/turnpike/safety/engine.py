@@ -198,16 +198,24 @@ class SafetyEngine:
         return self.complete(self.look_up(items, fast, validated, tenant))
 
     def record(
-        self, tenant: str, conversation_id: str, mode: Mode, evidence: Sequence[ItemEvidence]
+        self,
+        tenant: str,
+        conversation_id: str,
+        mode: Mode,
+        evidence: Sequence[ItemEvidence],
+        store: ConversationStore | None = None,
     ) -> Outcome:
+        """Fold ``evidence`` into the conversation's state, kept in ``store`` (a session
+        stream's own), or in the service's shared store."""
         assessment = assess(evidence, self.thresholds)
         if mode is Mode.INCREMENTAL and not conversation_id:
             raise InvalidRequest("INCREMENTAL mode needs a conversation_id")
+        store = self.store if store is None else store
         key = (tenant, conversation_id)
-        previous = self.store.get(key) if mode is Mode.INCREMENTAL else ConversationState()
+        previous = store.get(key) if mode is Mode.INCREMENTAL else ConversationState()
         state = previous.fold(assessment, len(evidence))
         if conversation_id:
-            self.store.put(key, state)
+            store.put(key, state)
         metrics.DECISION_OF[state.verdict].inc()
         return Outcome(state, assessment, len(evidence))
 

@@ -1,16 +1,22 @@
 """gRPC adapter over the safety engine. Scoring runs on worker threads; the conversation
-state is only touched on the event loop."""
+state is only touched on the event loop. ``Classify`` keeps incremental state in the
+service's shared store; ``ClassifySession`` answers the same questions on a client
+connection's stream and keeps that connection's state in a store of the stream's own."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 
 import grpc
 
 from turnpike.safety.engine import InvalidRequest, Mode, SafetyEngine
 from turnpike.safety.policy import ItemEvidence, Verdict
+from turnpike.safety.state import ConversationStore
 from turnpike.safety.v1 import safety_pb2, safety_pb2_grpc
+from turnpike.session.v1 import session_pb2
+from turnpike.session_server import Refused, SessionLimit, serve_session
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +34,16 @@ _VERDICTS = {
 }
 
 
+SERVICE = "turnpike.safety.v1.Safety"
+# Conversations whose state one session stream keeps (a WebSocket has at most 32 lanes
+# at once; a connection that starts more conversations forgets the least recent first).
+SESSION_CONVERSATIONS = 64
+
+
 class SafetyServicer(safety_pb2_grpc.SafetyServicer):
-    def __init__(self, engine: SafetyEngine) -> None:
+    def __init__(self, engine: SafetyEngine, sessions: SessionLimit | None = None) -> None:
         self._engine = engine
+        self._sessions = sessions or SessionLimit(4096)
 
     async def _evidence(
         self, request: safety_pb2.ClassifyRequest, validated: list[tuple[str, str]]
@@ -50,23 +63,22 @@ class SafetyServicer(safety_pb2_grpc.SafetyServicer):
             return engine.complete(pending)
         return await asyncio.to_thread(engine.complete, pending)
 
-    async def Classify(
-        self, request: safety_pb2.ClassifyRequest, context: grpc.aio.ServicerContext
+    async def _classify(
+        self, request: safety_pb2.ClassifyRequest, store: ConversationStore | None = None
     ) -> safety_pb2.ClassifyResponse:
+        """The answer to one request (InvalidRequest for one that cannot be classified);
+        its INCREMENTAL state kept in ``store``, or in the service's shared one."""
         mode = _MODES.get(request.mode)
-        try:
-            if mode is None:
-                raise InvalidRequest("mode must be FULL or INCREMENTAL")
-            if mode is Mode.INCREMENTAL and not request.conversation_id:
-                raise InvalidRequest("INCREMENTAL mode needs a conversation_id")
-            # Reject bad items before spending a worker thread on the good ones.
-            validated = self._engine.validate(request.items)
-            evidence = await self._evidence(request, validated)
-            outcome = self._engine.record(request.tenant, request.conversation_id, mode, evidence)
-        except InvalidRequest as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            raise  # unreachable: abort raises
-
+        if mode is None:
+            raise InvalidRequest("mode must be FULL or INCREMENTAL")
+        if mode is Mode.INCREMENTAL and not request.conversation_id:
+            raise InvalidRequest("INCREMENTAL mode needs a conversation_id")
+        # Reject bad items before spending a worker thread on the good ones.
+        validated = self._engine.validate(request.items)
+        evidence = await self._evidence(request, validated)
+        outcome = self._engine.record(
+            request.tenant, request.conversation_id, mode, evidence, store
+        )
         if outcome.assessment.verdict is Verdict.BLOCK:
             log.info(
                 "blocked: tenant=%s conversation=%s categories=%s",
@@ -86,3 +98,36 @@ class SafetyServicer(safety_pb2_grpc.SafetyServicer):
             items_scored=outcome.items_scored,
             items_seen=outcome.state.items_seen,
         )
+
+    async def Classify(
+        self, request: safety_pb2.ClassifyRequest, context: grpc.aio.ServicerContext
+    ) -> safety_pb2.ClassifyResponse:
+        try:
+            return await self._classify(request)
+        except InvalidRequest as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise  # unreachable: abort raises
+
+    async def ClassifySession(
+        self,
+        requests: AsyncIterator[safety_pb2.ClassifySessionRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[safety_pb2.ClassifySessionReply]:
+        store = ConversationStore(SESSION_CONVERSATIONS)  # the connection's, gone with it
+
+        async def answer(
+            request: safety_pb2.ClassifySessionRequest,
+        ) -> safety_pb2.ClassifySessionReply:
+            try:
+                response = await self._classify(request.request, store)
+            except InvalidRequest as exc:
+                raise Refused(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            return safety_pb2.ClassifySessionReply(seq=request.seq, response=response)
+
+        def refused(seq: int, refusal: session_pb2.Refusal) -> safety_pb2.ClassifySessionReply:
+            return safety_pb2.ClassifySessionReply(seq=seq, refusal=refusal)
+
+        async for reply in serve_session(
+            requests, context, self._sessions, SERVICE, "ClassifySession", answer, refused
+        ):
+            yield reply

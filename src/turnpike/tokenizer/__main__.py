@@ -6,6 +6,7 @@ import grpc
 
 from turnpike.config import GrpcServerSettings, TokenizerSettings, exit_on_config_error
 from turnpike.grpc_server import configure_logging, run
+from turnpike.session_server import SessionLimit
 from turnpike.tokenizer.render import Renderer
 from turnpike.tokenizer.server import TokenizerServicer
 from turnpike.tokenizer.v1 import tokenizer_pb2, tokenizer_pb2_grpc
@@ -15,7 +16,9 @@ def main() -> None:
     configure_logging()
     server_settings = GrpcServerSettings.for_service("tokenizer")
     # Load the vocabulary before serving: a missing or corrupt vocabulary fails the start.
-    servicer = TokenizerServicer(Renderer(), TokenizerSettings().max_chars)
+    servicer = TokenizerServicer(
+        Renderer(), TokenizerSettings().max_chars, SessionLimit(server_settings.max_sessions)
+    )
 
     def register(server: grpc.aio.Server) -> None:
         tokenizer_pb2_grpc.add_TokenizerServicer_to_server(servicer, server)

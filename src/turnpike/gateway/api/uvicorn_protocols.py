@@ -25,6 +25,12 @@ app gets a receive message marked ``DRAIN`` and closes the socket itself (1012, 
 the SDK reconnects) once its responses have ended. uvicorn waits for that up to its
 graceful-shutdown timeout, then closes what is left as before.
 
+Writes: a response's events that are ready at once (an item's start and its first
+delta; the last delta, the item's end and the response's end) leave in one write: the
+app marks a frame ``CORK`` when another follows at once, and the frames held are
+written with the next one not so marked (or, whatever happens, before the loop's next
+round). One system call instead of one per frame.
+
 The 408 closes as nginx's "lingering close" does: the server stops writing, then reads
 and discards what the client still sends for up to ``LINGER_S`` before closing. Closing
 at once would make the kernel answer a client still sending with a reset, which can
@@ -47,6 +53,9 @@ LINGER_S = 2.0
 # The key of the receive message that asks the app to drain its socket (its only key
 # besides ``type``: a receive with no text and no bytes, which no client can send).
 DRAIN = "turnpike.drain"
+# The key of a ``websocket.send`` message whose frame may wait for the next one (the app
+# sends another at once): see "Writes" above.
+CORK = "turnpike.cork"
 TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\n"
     b"content-type: application/json\r\n"
@@ -91,14 +100,67 @@ class WriteStallMixin:
         self.transport.abort()  # close() would wait to flush what the client never reads
 
 
+class CorkedTransport:
+    """A transport whose writes may be held and then leave together (``cork``, then
+    ``uncork``); everything else goes to the transport it wraps."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] | None = None
+
+    def cork(self) -> None:
+        if self._held is None:
+            self._held = []
+            self._loop.call_soon(self.uncork)  # held for this round of the loop at most
+
+    def uncork(self) -> None:
+        held, self._held = self._held, None
+        if held and not self._transport.is_closing():
+            self._transport.write(b"".join(held))
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            self._held.append(data)
+        else:
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self.uncork()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = None
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class BoundedWSProtocol(WriteStallMixin, WSProtocol):
-    """uvicorn's wsproto protocol, aborting a socket whose client stopped reading, and
-    failing a connection that breaks the protocol with a close frame."""
+    """uvicorn's wsproto protocol, aborting a socket whose client stopped reading,
+    failing a connection that breaks the protocol with a close frame, and writing the
+    frames the app sends at once together (``CORK``)."""
 
     def __init__(self, *args: Any, write_stall_s: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.write_stall_s = write_stall_s
         self._drain_asked = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        corked = CorkedTransport(transport, self.loop)
+        super().connection_made(corked)  # type: ignore[arg-type]
+
+    async def send(self, message: Any) -> None:
+        corked = message["type"] == "websocket.send" and message.pop(CORK, False)
+        transport: CorkedTransport = self.transport  # type: ignore[assignment]
+        if corked:
+            transport.cork()
+        try:
+            await super().send(message)
+        finally:
+            if not corked:
+                transport.uncork()
 
     def shutdown(self) -> None:
         """The server is stopping: an open socket drains (the app closes it once its

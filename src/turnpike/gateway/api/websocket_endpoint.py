@@ -14,7 +14,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 
 from turnpike.gateway import metrics
 from turnpike.gateway.api.json_response import JSONResponse
-from turnpike.gateway.api.uvicorn_protocols import DRAIN
+from turnpike.gateway.api.uvicorn_protocols import CORK, DRAIN
 from turnpike.gateway.api.websocket_protocol import (
     Action,
     CloseConnection,
@@ -41,6 +41,7 @@ from turnpike.gateway.protocol.json_codec import dumps
 from turnpike.gateway.protocol.steering import SteerSignal
 from turnpike.gateway.state.responses import StoreUnavailable
 from turnpike.gateway.tenancy.admission import connection_refused
+from turnpike.gateway.upstream.sessions import ConnectionStreams
 from turnpike.gateway.wiring import Gateway
 
 log = logging.getLogger(__name__)
@@ -59,13 +60,21 @@ class Connection:
     """One accepted socket: serialises sends, runs responses, applies actions."""
 
     def __init__(
-        self, ws: WebSocket, gw: Gateway, tenant: str, session: WsSession, pipeline: Pipeline
+        self,
+        ws: WebSocket,
+        gw: Gateway,
+        tenant: str,
+        session: WsSession,
+        pipeline: Pipeline,
+        streams: ConnectionStreams | None = None,
     ) -> None:
         self.ws = ws
         self.gw = gw
         self.tenant = tenant
         self.session = session
         self.pipeline = pipeline
+        # The socket's session streams to safety and the tokenizer (None: calls only).
+        self.streams = streams
         self.open = True
         self._send_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -77,13 +86,18 @@ class Connection:
         self.left = False
         self._kept: dict[str, ResponseEventQueue] = {}
 
-    async def send(self, event: dict) -> None:
+    async def send(self, event: dict, more: bool = False) -> None:
+        """Send one event; ``more``: another follows at once, and they may leave in one
+        write (turnpike.gateway.api.uvicorn_protocols, CORK)."""
         if not self.open:
             return
         text = dumps(event)
         async with self._send_lock:
             try:
-                await self.ws.send_text(text)
+                if more:
+                    await self.ws.send({"type": "websocket.send", "text": text, CORK: True})
+                else:
+                    await self.ws.send_text(text)
             except GONE:
                 self.open = False
 
@@ -139,6 +153,7 @@ class Connection:
                 self.pipeline.name,
                 transport="websocket",
                 connection_cache=self.session.cache,
+                streams=self.streams,
                 lane=lane,
                 steering=steering,
                 injection=inbox,
@@ -178,7 +193,7 @@ class Connection:
                     continue
                 if lane is not None:
                     event["stream_id"] = lane
-                await self.send(event)
+                await self.send(event, more=queue.has_ready())
                 if sent is not None:
                     sent.append(event)
                 if not self.open:
@@ -341,7 +356,9 @@ async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeli
         multi_agent_beta=injection.beta_enabled(ws.headers.getlist("openai-beta")),
         drain_idle_s=settings.ws_drain_idle_s,
     )
-    conn = Connection(ws, gw, tenant, session, pipeline)
+    sessions = gw.engine.res.sessions
+    streams = sessions.for_socket() if sessions is not None else None
+    conn = Connection(ws, gw, tenant, session, pipeline, streams)
     metrics.WEBSOCKET_CONNECTIONS.inc()
     try:
         while conn.open:
@@ -369,3 +386,7 @@ async def serve_socket(ws: WebSocket, gw: Gateway, tenant: str, pipeline: Pipeli
         conn.open = False
         session.on_disconnect()
         metrics.WEBSOCKET_CONNECTIONS.dec()
+        if streams is not None:
+            assert sessions is not None  # whence the streams came
+            # Responses still running (resumable, steered) ask by calls from now on.
+            sessions.socket_closed(streams)

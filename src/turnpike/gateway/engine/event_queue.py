@@ -59,6 +59,10 @@ class ResponseEventQueue:
         self.coalesced += 1
         return True
 
+    def has_ready(self) -> bool:
+        """Whether another event waits already (the consumer may send them together)."""
+        return bool(self._events) and self._events[0] is not None
+
     def close(self) -> None:
         self._events.append(None)
         self._mergeable = None

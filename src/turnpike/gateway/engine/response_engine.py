@@ -76,10 +76,12 @@ class ResponseEngine:
             span.set_attribute("gen_ai.conversation.id", prepared.conversation.conversation_id)
         # The task runs in a copy of the current context: generation, and the
         # finishing that ends the span, happen inside the response's span.
-        with trace.use_span(span, end_on_exit=False):
-            task = asyncio.create_task(
-                self._turns.drive(prepared, queue), name=f"response {queue.response_id}"
-            )
+        drive = self._turns.drive(prepared, queue)
+        if span is trace.INVALID_SPAN:  # tracing off: no context to carry
+            task = asyncio.create_task(drive, name=f"response {queue.response_id}")
+        else:
+            with trace.use_span(span, end_on_exit=False):
+                task = asyncio.create_task(drive, name=f"response {queue.response_id}")
         # The task owns the admission slot from here: AfterTurn.finish gives it back,
         # or, for a task cancelled before it ran (shutdown), _after_task.
         admitted = prepared.ctx.admission

@@ -20,6 +20,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from turnpike.gateway.metrics import GEN_AI_OPERATION
 from turnpike.gateway.protocol.errors import ApiError
+from turnpike.telemetry import is_noop
 
 if TYPE_CHECKING:
     from fastapi.telemetry import TelemetryConfig
@@ -81,6 +82,10 @@ def response_span(
     response. Under an HTTP request's span it is a child; on a WebSocket, a root, or,
     when ``client_metadata`` carries a traceparent, a child of the client's span.
     """
+    if is_noop(tracer):  # tracing off: the API's invalid span, nothing to make current
+        ctx.span = trace.INVALID_SPAN
+        yield trace.INVALID_SPAN
+        return
     root = not trace.get_current_span().get_span_context().is_valid
     # Only without a request span: over HTTP, the request's own traceparent header
     # already parents the request span this one sits under.

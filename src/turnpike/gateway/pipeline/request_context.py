@@ -14,9 +14,11 @@ from opentelemetry import trace
 from turnpike.gateway.protocol.injection import InjectInbox
 from turnpike.gateway.protocol.steering import SteerSignal
 from turnpike.gateway.state.connection_cache import ConnectionCache
+from turnpike.telemetry import is_noop
 
 if TYPE_CHECKING:
     from turnpike.gateway.tenancy.admission import Pass
+    from turnpike.gateway.upstream.sessions import ConnectionStreams
 
 tracer = trace.get_tracer("turnpike.gateway")
 
@@ -27,6 +29,8 @@ class RequestContext:
     pipeline: str  # the name of the pipeline that prepares it (traces and timings)
     transport: str = "http"  # http (one JSON body), sse or websocket (metrics, traces)
     connection_cache: ConnectionCache | None = None  # WebSocket mode only
+    # The WebSocket's session streams to safety and the tokenizer (None: calls only).
+    streams: ConnectionStreams | None = None
     lane: str | None = None  # WebSocket stream_id
     steering: SteerSignal | None = None  # WebSocket mode only (turnpike.gateway.protocol.steering)
     # A multi_agent response's, on a connection with the beta (turnpike.gateway.protocol.injection).
@@ -46,7 +50,10 @@ class RequestContext:
     def stage(self, name: str) -> Iterator[trace.Span]:
         """Time a stage and give it a span, so one trace shows where time went."""
         start = time.perf_counter()
-        with tracer.start_as_current_span(f"stage.{name}") as span:
-            span.set_attribute("turnpike.pipeline", self.pipeline)
-            yield span
+        if is_noop(tracer):
+            yield trace.INVALID_SPAN
+        else:
+            with tracer.start_as_current_span(f"stage.{name}") as span:
+                span.set_attribute("turnpike.pipeline", self.pipeline)
+                yield span
         self.stage_ms[name] = self.stage_ms.get(name, 0.0) + (time.perf_counter() - start) * 1000

@@ -9,9 +9,13 @@ benchmark can measure what each change buys::
   validate_history  whole history       whole history             new items only
   resolve_model     router              ModelConfigCache          previous turn, else cache
   safety            whole history       whole history, fused      new items only, fused
+                                        (new items only on a
+                                        chain's session stream)
   resolve_images    by the imageres hop in process                in process, new images only
   render            whole history       append to cached tokens   append to cached tokens
                                         (by content if no parent)
+  safety, render    calls               the chain's session       the socket's session
+  are asked by                          streams, else calls       streams, else calls
   route             router              router                    previous turn's worker
   safety..render    one after another   at the same time          at the same time
   worker            via imageres        direct                    direct
@@ -113,7 +117,11 @@ SPRINT = Pipeline(
         LoadConversation(rendered_tokens=True),
         ValidateHistory(),
         ResolveModel(cached=True),
-        Concurrently(Safety(fast=True), ResolveImages(), Render(append=True, by_content=True)),
+        Concurrently(
+            Safety(incremental=True, fast=True, session=True),
+            ResolveImages(),
+            Render(append=True, by_content=True, session=True),
+        ),
         Route(),
     ),
     image_hop=False,
@@ -126,7 +134,9 @@ CONNECTION = Pipeline(
         ValidateHistory(incremental=True),
         ResolveModel(reuse=True, cached=True),
         Concurrently(
-            Safety(incremental=True, fast=True), ResolveImages(reuse=True), Render(append=True)
+            Safety(incremental=True, fast=True, session=True),
+            ResolveImages(reuse=True),
+            Render(append=True, session=True),
         ),
         Route(reuse=True),
     ),

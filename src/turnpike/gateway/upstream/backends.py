@@ -14,17 +14,19 @@ from turnpike.billing.v1 import billing_pb2_grpc
 from turnpike.config import Endpoints
 from turnpike.gateway.protocol.errors import ApiError, invalid, unavailable
 from turnpike.grpc_client import check_health, insecure_channel
+from turnpike.grpc_param import param_metadata
 from turnpike.imageres.v1 import imageres_pb2_grpc
 from turnpike.inference.v1 import inference_pb2_grpc
 from turnpike.router.v1 import router_pb2_grpc
 from turnpike.safety.v1 import safety_pb2_grpc
+from turnpike.session.v1 import session_pb2
 from turnpike.tokenizer.v1 import tokenizer_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 Reply = TypeVar("Reply")
 # A backend status the client caused, and the API error that tells it so.
-ClientErrors = Mapping[grpc.StatusCode, Callable[[grpc.aio.AioRpcError], ApiError]]
+ClientErrors = Mapping[grpc.StatusCode, Callable[[Any], ApiError]]
 # What gRPC says of a message over a channel's size limit (RESOURCE_EXHAUSTED): "CLIENT:
 # Sent" (this end refused to send it), "SERVER: Received" (the peer refused it), "CLIENT:
 # Received" (a reply over this end's limit). A service's own RESOURCE_EXHAUSTED (overload)
@@ -34,7 +36,7 @@ _TOO_LARGE = re.compile(
 )
 
 
-def message_too_large(service: str, err: grpc.aio.AioRpcError) -> ApiError | None:
+def message_too_large(service: str, err: grpc.aio.AioRpcError | Refused) -> ApiError | None:
     """A message over the channel's limit as the client's 400: sending the same request
     again cannot succeed, so never a 503 to retry. None for any other failure."""
     if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -54,6 +56,41 @@ def message_too_large(service: str, err: grpc.aio.AioRpcError) -> ApiError | Non
         "input",
         "input_too_large",
     )
+
+
+def failure(
+    service: str, err: grpc.aio.AioRpcError | Refused, client_errors: ClientErrors | None = None
+) -> ApiError:
+    """The API error for a failed call (or a refusal on a session stream, which carries
+    what the call would have ended with): the client's to fix when ``client_errors`` lists
+    its status, or a message over the size limit; else a 503 the client may retry (and a
+    warning here)."""
+    if (too_large := message_too_large(service, err)) is not None:
+        return too_large
+    if client_errors and (to_api_error := client_errors.get(err.code())):
+        return to_api_error(err)
+    log.warning("%s call failed: %s %s", service, err.code(), err.details())
+    return unavailable(f"The {service} service is unavailable; please retry.")
+
+
+class Refused:
+    """A session stream's refusal (turnpike/session/v1), read as the failed call it stands
+    for: its status code, details and the field at fault (``grpc_param``)."""
+
+    def __init__(self, refusal: session_pb2.Refusal) -> None:
+        self._refusal = refusal
+
+    def code(self) -> grpc.StatusCode:
+        return _STATUS_BY_NUMBER.get(self._refusal.code, grpc.StatusCode.UNKNOWN)
+
+    def details(self) -> str:
+        return self._refusal.message
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return param_metadata(self._refusal.param or None)
+
+
+_STATUS_BY_NUMBER = {status.value[0]: status for status in grpc.StatusCode}
 
 
 class Backends:
@@ -89,12 +126,7 @@ class Backends:
         try:
             return await method(request, timeout=self.timeout_s)
         except grpc.aio.AioRpcError as err:
-            if (too_large := message_too_large(service, err)) is not None:
-                raise too_large from None
-            if client_errors and (to_api_error := client_errors.get(err.code())):
-                raise to_api_error(err) from None
-            log.warning("%s call failed: %s %s", service, err.code(), err.details())
-            raise unavailable(f"The {service} service is unavailable; please retry.") from None
+            raise failure(service, err, client_errors) from None
 
     async def health(self) -> dict[str, bool]:
         """Health of the services the gateway needs before it is ready."""

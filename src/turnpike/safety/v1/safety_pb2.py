@@ -23,25 +23,30 @@ _sym_db = _symbol_database.Default()
 
 
 from turnpike.conversation.v1 import conversation_pb2 as turnpike_dot_conversation_dot_v1_dot_conversation__pb2
+from turnpike.session.v1 import session_pb2 as turnpike_dot_session_dot_v1_dot_session__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fturnpike/safety/v1/safety.proto\x12\x12turnpike.safety.v1\x1a+turnpike/conversation/v1/conversation.proto\"\xa4\x01\n\x0f\x43lassifyRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x17\n\x0f\x63onversation_id\x18\x02 \x01(\t\x12&\n\x04mode\x18\x03 \x01(\x0e\x32\x18.turnpike.safety.v1.Mode\x12-\n\x05items\x18\x04 \x03(\x0b\x32\x1e.turnpike.conversation.v1.Item\x12\x11\n\tfast_path\x18\x05 \x01(\x08\"K\n\x07\x46inding\x12\x10\n\x08\x63\x61tegory\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x0f\n\x07item_id\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\xac\x01\n\x10\x43lassifyResponse\x12,\n\x07verdict\x18\x01 \x01(\x0e\x32\x1b.turnpike.safety.v1.Verdict\x12-\n\x08\x66indings\x18\x02 \x03(\x0b\x32\x1b.turnpike.safety.v1.Finding\x12\x11\n\tmax_score\x18\x03 \x01(\x01\x12\x14\n\x0citems_scored\x18\x04 \x01(\x05\x12\x12\n\nitems_seen\x18\x05 \x01(\x05*7\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x08\n\x04\x46ULL\x10\x01\x12\x0f\n\x0bINCREMENTAL\x10\x02*B\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\t\n\x05\x41LLOW\x10\x01\x12\x08\n\x04\x46LAG\x10\x02\x12\t\n\x05\x42LOCK\x10\x03\x32_\n\x06Safety\x12U\n\x08\x43lassify\x12#.turnpike.safety.v1.ClassifyRequest\x1a$.turnpike.safety.v1.ClassifyResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fturnpike/safety/v1/safety.proto\x12\x12turnpike.safety.v1\x1a+turnpike/conversation/v1/conversation.proto\x1a!turnpike/session/v1/session.proto\"\xa4\x01\n\x0f\x43lassifyRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x17\n\x0f\x63onversation_id\x18\x02 \x01(\t\x12&\n\x04mode\x18\x03 \x01(\x0e\x32\x18.turnpike.safety.v1.Mode\x12-\n\x05items\x18\x04 \x03(\x0b\x32\x1e.turnpike.conversation.v1.Item\x12\x11\n\tfast_path\x18\x05 \x01(\x08\"K\n\x07\x46inding\x12\x10\n\x08\x63\x61tegory\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x0f\n\x07item_id\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"\xac\x01\n\x10\x43lassifyResponse\x12,\n\x07verdict\x18\x01 \x01(\x0e\x32\x1b.turnpike.safety.v1.Verdict\x12-\n\x08\x66indings\x18\x02 \x03(\x0b\x32\x1b.turnpike.safety.v1.Finding\x12\x11\n\tmax_score\x18\x03 \x01(\x01\x12\x14\n\x0citems_scored\x18\x04 \x01(\x05\x12\x12\n\nitems_seen\x18\x05 \x01(\x05\"\x8d\x01\n\x16\x43lassifySessionRequest\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32#.turnpike.safety.v1.ClassifyRequest\x12\x30\n\x05trace\x18\x03 \x01(\x0b\x32!.turnpike.session.v1.TraceContext\"\x99\x01\n\x14\x43lassifySessionReply\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x38\n\x08response\x18\x02 \x01(\x0b\x32$.turnpike.safety.v1.ClassifyResponseH\x00\x12/\n\x07refusal\x18\x03 \x01(\x0b\x32\x1c.turnpike.session.v1.RefusalH\x00\x42\t\n\x07outcome*7\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x08\n\x04\x46ULL\x10\x01\x12\x0f\n\x0bINCREMENTAL\x10\x02*B\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\t\n\x05\x41LLOW\x10\x01\x12\x08\n\x04\x46LAG\x10\x02\x12\t\n\x05\x42LOCK\x10\x03\x32\xcc\x01\n\x06Safety\x12U\n\x08\x43lassify\x12#.turnpike.safety.v1.ClassifyRequest\x1a$.turnpike.safety.v1.ClassifyResponse\x12k\n\x0f\x43lassifySession\x12*.turnpike.safety.v1.ClassifySessionRequest\x1a(.turnpike.safety.v1.ClassifySessionReply(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'turnpike.safety.v1.safety_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MODE']._serialized_start=519
-  _globals['_MODE']._serialized_end=574
-  _globals['_VERDICT']._serialized_start=576
-  _globals['_VERDICT']._serialized_end=642
-  _globals['_CLASSIFYREQUEST']._serialized_start=101
-  _globals['_CLASSIFYREQUEST']._serialized_end=265
-  _globals['_FINDING']._serialized_start=267
-  _globals['_FINDING']._serialized_end=342
-  _globals['_CLASSIFYRESPONSE']._serialized_start=345
-  _globals['_CLASSIFYRESPONSE']._serialized_end=517
-  _globals['_SAFETY']._serialized_start=644
-  _globals['_SAFETY']._serialized_end=739
+  _globals['_MODE']._serialized_start=854
+  _globals['_MODE']._serialized_end=909
+  _globals['_VERDICT']._serialized_start=911
+  _globals['_VERDICT']._serialized_end=977
+  _globals['_CLASSIFYREQUEST']._serialized_start=136
+  _globals['_CLASSIFYREQUEST']._serialized_end=300
+  _globals['_FINDING']._serialized_start=302
+  _globals['_FINDING']._serialized_end=377
+  _globals['_CLASSIFYRESPONSE']._serialized_start=380
+  _globals['_CLASSIFYRESPONSE']._serialized_end=552
+  _globals['_CLASSIFYSESSIONREQUEST']._serialized_start=555
+  _globals['_CLASSIFYSESSIONREQUEST']._serialized_end=696
+  _globals['_CLASSIFYSESSIONREPLY']._serialized_start=699
+  _globals['_CLASSIFYSESSIONREPLY']._serialized_end=852
+  _globals['_SAFETY']._serialized_start=980
+  _globals['_SAFETY']._serialized_end=1184
 # @@protoc_insertion_point(module_scope)

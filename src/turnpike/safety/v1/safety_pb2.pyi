@@ -1,4 +1,5 @@
 from turnpike.conversation.v1 import conversation_pb2 as _conversation_pb2
+from turnpike.session.v1 import session_pb2 as _session_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -67,3 +68,23 @@ class ClassifyResponse(_message.Message):
     items_scored: int
     items_seen: int
     def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., max_score: _Optional[float] = ..., items_scored: _Optional[int] = ..., items_seen: _Optional[int] = ...) -> None: ...
+
+class ClassifySessionRequest(_message.Message):
+    __slots__ = ("seq", "request", "trace")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    request: ClassifyRequest
+    trace: _session_pb2.TraceContext
+    def __init__(self, seq: _Optional[int] = ..., request: _Optional[_Union[ClassifyRequest, _Mapping]] = ..., trace: _Optional[_Union[_session_pb2.TraceContext, _Mapping]] = ...) -> None: ...
+
+class ClassifySessionReply(_message.Message):
+    __slots__ = ("seq", "response", "refusal")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    response: ClassifyResponse
+    refusal: _session_pb2.Refusal
+    def __init__(self, seq: _Optional[int] = ..., response: _Optional[_Union[ClassifyResponse, _Mapping]] = ..., refusal: _Optional[_Union[_session_pb2.Refusal, _Mapping]] = ...) -> None: ...

@@ -40,6 +40,11 @@ class SafetyStub:
                 request_serializer=turnpike_dot_safety_dot_v1_dot_safety__pb2.ClassifyRequest.SerializeToString,
                 response_deserializer=turnpike_dot_safety_dot_v1_dot_safety__pb2.ClassifyResponse.FromString,
                 _registered_method=True)
+        self.ClassifySession = channel.stream_stream(
+                '/turnpike.safety.v1.Safety/ClassifySession',
+                request_serializer=turnpike_dot_safety_dot_v1_dot_safety__pb2.ClassifySessionRequest.SerializeToString,
+                response_deserializer=turnpike_dot_safety_dot_v1_dot_safety__pb2.ClassifySessionReply.FromString,
+                _registered_method=True)
 
 
 class SafetyServicer:
@@ -52,6 +57,16 @@ class SafetyServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ClassifySession(self, request_iterator, context):
+        """A client connection's session (turnpike/session/v1): each request is answered as
+        Classify would answer it, but the conversation state of INCREMENTAL requests is the
+        stream's own, kept while it lives and dropped with it (not the service's shared
+        store), so a turn sends only its new items.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SafetyServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -59,6 +74,11 @@ def add_SafetyServicer_to_server(servicer, server):
                     servicer.Classify,
                     request_deserializer=turnpike_dot_safety_dot_v1_dot_safety__pb2.ClassifyRequest.FromString,
                     response_serializer=turnpike_dot_safety_dot_v1_dot_safety__pb2.ClassifyResponse.SerializeToString,
+            ),
+            'ClassifySession': grpc.stream_stream_rpc_method_handler(
+                    servicer.ClassifySession,
+                    request_deserializer=turnpike_dot_safety_dot_v1_dot_safety__pb2.ClassifySessionRequest.FromString,
+                    response_serializer=turnpike_dot_safety_dot_v1_dot_safety__pb2.ClassifySessionReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -89,6 +109,33 @@ class Safety:
             '/turnpike.safety.v1.Safety/Classify',
             turnpike_dot_safety_dot_v1_dot_safety__pb2.ClassifyRequest.SerializeToString,
             turnpike_dot_safety_dot_v1_dot_safety__pb2.ClassifyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClassifySession(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/turnpike.safety.v1.Safety/ClassifySession',
+            turnpike_dot_safety_dot_v1_dot_safety__pb2.ClassifySessionRequest.SerializeToString,
+            turnpike_dot_safety_dot_v1_dot_safety__pb2.ClassifySessionReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,4 +1,5 @@
 from turnpike.conversation.v1 import conversation_pb2 as _conversation_pb2
+from turnpike.session.v1 import session_pb2 as _session_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -42,3 +43,25 @@ class CountTextResponse(_message.Message):
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     tokens: int
     def __init__(self, tokens: _Optional[int] = ...) -> None: ...
+
+class RenderSessionRequest(_message.Message):
+    __slots__ = ("seq", "full", "append", "trace")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
+    APPEND_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    full: RenderRequest
+    append: RenderAppendRequest
+    trace: _session_pb2.TraceContext
+    def __init__(self, seq: _Optional[int] = ..., full: _Optional[_Union[RenderRequest, _Mapping]] = ..., append: _Optional[_Union[RenderAppendRequest, _Mapping]] = ..., trace: _Optional[_Union[_session_pb2.TraceContext, _Mapping]] = ...) -> None: ...
+
+class RenderSessionReply(_message.Message):
+    __slots__ = ("seq", "response", "refusal")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    response: RenderResponse
+    refusal: _session_pb2.Refusal
+    def __init__(self, seq: _Optional[int] = ..., response: _Optional[_Union[RenderResponse, _Mapping]] = ..., refusal: _Optional[_Union[_session_pb2.Refusal, _Mapping]] = ...) -> None: ...

@@ -50,6 +50,11 @@ class TokenizerStub:
                 request_serializer=turnpike_dot_tokenizer_dot_v1_dot_tokenizer__pb2.CountTextRequest.SerializeToString,
                 response_deserializer=turnpike_dot_tokenizer_dot_v1_dot_tokenizer__pb2.CountTextResponse.FromString,
                 _registered_method=True)
+        self.RenderSession = channel.stream_stream(
+                '/turnpike.tokenizer.v1.Tokenizer/RenderSession',
+                request_serializer=turnpike_dot_tokenizer_dot_v1_dot_tokenizer__pb2.RenderSessionRequest.SerializeToString,
+                response_deserializer=turnpike_dot_tokenizer_dot_v1_dot_tokenizer__pb2.RenderSessionReply.FromString,
+                _registered_method=True)
 
 
 class TokenizerServicer:
@@ -79,6 +84,16 @@ class TokenizerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RenderSession(self, request_iterator, context):
+        """A client connection's session (turnpike/session/v1): each request is a Render or a
+        RenderAppend, answered as those calls answer. Rendering needs no state: the gateway
+        keeps the rendered prefix (it sends the whole prompt to the worker), and an append
+        already carries only the new items.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TokenizerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -96,6 +111,11 @@ def add_TokenizerServicer_to_server(servicer, server):
                     servicer.CountText,
                     request_deserializer=turnpike_dot_tokenizer_dot_v1_dot_tokenizer__pb2.CountTextRequest.FromString,
                     response_serializer=turnpike_dot_tokenizer_dot_v1_dot_tokenizer__pb2.CountTextResponse.SerializeToString,
+            ),
+            'RenderSession': grpc.stream_stream_rpc_method_handler(
+                    servicer.RenderSession,
+                    request_deserializer=turnpike_dot_tokenizer_dot_v1_dot_tokenizer__pb2.RenderSessionRequest.FromString,
+                    response_serializer=turnpike_dot_tokenizer_dot_v1_dot_tokenizer__pb2.RenderSessionReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -180,6 +200,33 @@ class Tokenizer:
             '/turnpike.tokenizer.v1.Tokenizer/CountText',
             turnpike_dot_tokenizer_dot_v1_dot_tokenizer__pb2.CountTextRequest.SerializeToString,
             turnpike_dot_tokenizer_dot_v1_dot_tokenizer__pb2.CountTextResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenderSession(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/turnpike.tokenizer.v1.Tokenizer/RenderSession',
+            turnpike_dot_tokenizer_dot_v1_dot_tokenizer__pb2.RenderSessionRequest.SerializeToString,
+            turnpike_dot_tokenizer_dot_v1_dot_tokenizer__pb2.RenderSessionReply.FromString,
             options,
             channel_credentials,
             insecure,

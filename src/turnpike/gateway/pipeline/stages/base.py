@@ -25,6 +25,7 @@ from turnpike.gateway.state.responses import ResponseStore
 from turnpike.gateway.state.token_cache import TokenCache
 from turnpike.gateway.upstream.backends import Backends
 from turnpike.gateway.upstream.pdf_pool import PdfPool
+from turnpike.gateway.upstream.sessions import ConnectionStreams, Sessions
 from turnpike.image_resolution import Limits
 
 
@@ -45,6 +46,18 @@ class Resources:
     sealer: Sealer = field(default_factory=Sealer.ephemeral)
     # Reads the text of input PDFs, in worker processes (started on the first PDF).
     pdf: PdfPool = field(default_factory=PdfPool)
+    # Client connections' session streams to safety and the tokenizer; None: calls only.
+    sessions: Sessions | None = None
+
+
+def streams_of(p: Prepared, res: Resources) -> ConnectionStreams | None:
+    """The session of the request's client connection: its WebSocket's, or its chain of
+    HTTP turns' (by the conversation it continues); None without one."""
+    if p.ctx.streams is not None:
+        return p.ctx.streams
+    if res.sessions is None or p.ctx.transport == "websocket" or p.conversation is None:
+        return None
+    return res.sessions.for_chain(p.ctx.tenant, p.conversation.conversation_id)
 
 
 class Stage:

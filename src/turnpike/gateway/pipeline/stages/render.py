@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 from array import array
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 import grpc
 
 from turnpike.conversation.v1 import conversation_pb2
+from turnpike.gateway.metrics import SESSION_EXCHANGES
 from turnpike.gateway.pipeline.prepared import Prepared, Prompt
-from turnpike.gateway.pipeline.stages.base import Resources, Stage
+from turnpike.gateway.pipeline.stages.base import Resources, Stage, streams_of
 from turnpike.gateway.pipeline.stages.keys import content_keys
 from turnpike.gateway.protocol import truncation
 from turnpike.gateway.protocol.errors import invalid
 from turnpike.gateway.protocol.request import CreateRequest
 from turnpike.gateway.state.conversation_state import RenderedPrefix
+from turnpike.gateway.upstream.session_stream import StreamBroken
+from turnpike.gateway.upstream.sessions import ConnectionStreams, refusal_error
 from turnpike.grpc_param import refused_param
 from turnpike.tokenizer.v1 import tokenizer_pb2
 
@@ -44,6 +48,9 @@ class Render(Stage):
     # Without a parent (a client re-sending its whole history), look the longest rendered
     # prefix up by content in the process's TokenCache, and keep this render there too.
     by_content: bool = False
+    # Ask on the client connection's session stream (turnpike.gateway.upstream.sessions),
+    # when it has one; by a call otherwise, or when the stream breaks.
+    session: bool = False
 
     async def run(self, p: Prepared, res: Resources) -> Prompt:
         request, conversation = p.request, p.conversation
@@ -53,10 +60,11 @@ class Render(Stage):
         if self.by_content and p.parent is None:
             keys = content_keys(request.header_key, conversation.items)
             cached = res.token_cache.longest(p.ctx.tenant, keys)
+        streams = streams_of(p, res) if self.session else None
         if self.append and cached is not None and cached.header_key == request.header_key:
-            rendered = await render_after(res, cached, conversation.items)
+            rendered = await render_after(res, cached, conversation.items, streams)
         else:
-            rendered = await render_all(res, request, conversation.items)
+            rendered = await render_all(res, request, conversation.items, streams)
         if keys:
             res.token_cache.put(p.ctx.tenant, keys[-1], rendered)
         prompt = Prompt(rendered, rendered.prompt())
@@ -104,16 +112,21 @@ async def truncated(
 
 
 async def render_all(
-    res: Resources, request: CreateRequest, items: list[conversation_pb2.Item]
+    res: Resources,
+    request: CreateRequest,
+    items: list[conversation_pb2.Item],
+    streams: ConnectionStreams | None = None,
 ) -> RenderedPrefix:
     """Instructions, tools and every item."""
-    reply = await res.backends.call(
-        "tokenizer",
+    message = tokenizer_pb2.RenderRequest(
+        instructions=request.instructions or "", tools=request.proto_tools, items=items
+    )
+    reply = await _rendered(
+        res,
+        streams,
+        tokenizer_pb2.RenderSessionRequest(full=message),
         res.backends.tokenizer.Render,
-        tokenizer_pb2.RenderRequest(
-            instructions=request.instructions or "", tools=request.proto_tools, items=items
-        ),
-        RENDER_ERRORS,
+        message,
     )
     return RenderedPrefix(
         request.header_key,
@@ -124,17 +137,22 @@ async def render_all(
 
 
 async def render_after(
-    res: Resources, cached: RenderedPrefix, items: list[conversation_pb2.Item]
+    res: Resources,
+    cached: RenderedPrefix,
+    items: list[conversation_pb2.Item],
+    streams: ConnectionStreams | None = None,
 ) -> RenderedPrefix:
     """The items after a rendered prefix, appended to its tokens."""
     tail = items[cached.items :]
     if not tail:  # the same history, re-sent
         return cached
-    reply = await res.backends.call(
-        "tokenizer",
+    message = tokenizer_pb2.RenderAppendRequest(items=tail)
+    reply = await _rendered(
+        res,
+        streams,
+        tokenizer_pb2.RenderSessionRequest(append=message),
         res.backends.tokenizer.RenderAppend,
-        tokenizer_pb2.RenderAppendRequest(items=tail),
-        RENDER_ERRORS,
+        message,
     )
     return RenderedPrefix(
         cached.header_key,
@@ -142,3 +160,27 @@ async def render_after(
         len(items),
         array("I", reply.completion_prompt),
     )
+
+
+async def _rendered(
+    res: Resources,
+    streams: ConnectionStreams | None,
+    on_stream: tokenizer_pb2.RenderSessionRequest,
+    method: Callable[..., Awaitable[tokenizer_pb2.RenderResponse]],
+    message: tokenizer_pb2.RenderRequest | tokenizer_pb2.RenderAppendRequest,
+) -> tokenizer_pb2.RenderResponse:
+    """The render, asked on the connection's session stream when it has one; by a call
+    when it has none or the stream broke. A refusal on the stream is the error the call
+    would have failed with."""
+    if streams is not None:
+        try:
+            reply = (await streams.tokenizer.exchange(on_stream)).reply
+        except StreamBroken:
+            SESSION_EXCHANGES.labels("tokenizer", "broken").inc()
+        else:
+            if reply.HasField("refusal"):
+                SESSION_EXCHANGES.labels("tokenizer", "refused").inc()
+                raise refusal_error("tokenizer", reply.refusal, RENDER_ERRORS)
+            SESSION_EXCHANGES.labels("tokenizer", "ok").inc()
+            return reply.response
+    return await res.backends.call("tokenizer", method, message, RENDER_ERRORS)
