@@ -23,9 +23,11 @@ from turnpike.gateway.state.responses import StoredResponse
 from turnpike.gateway.state.responses_memory import InMemoryResponseStore
 from turnpike.gateway.state.token_cache import TokenCache
 from turnpike.gateway.upstream.backends import Backends
+from turnpike.gateway.upstream.sessions import Sessions, SessionSettings
 from turnpike.image_resolution import Limits
 from turnpike.router.v1 import router_pb2, router_pb2_grpc
 from turnpike.safety.v1 import safety_pb2, safety_pb2_grpc
+from turnpike.session.v1 import session_pb2
 from turnpike.tokenizer.v1 import tokenizer_pb2, tokenizer_pb2_grpc
 
 TENANT = "acme"
@@ -57,11 +59,45 @@ class Router(router_pb2_grpc.RouterStub):
         return router_pb2.RouteDecision(model=MODEL, worker_id="worker-1", worker_address="w:1")
 
 
+class SessionCall:
+    """A session stream (turnpike/session/v1) over a stand-in: each request written is
+    answered by ``answer`` in order; ``broken`` makes every write fail, as on a stream
+    whose service went away."""
+
+    def __init__(self, answer: Any, standin: Any) -> None:
+        self._answer = answer
+        self._standin = standin
+        self._replies: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def write(self, request: Any) -> None:
+        if self._standin.broken:
+            raise RuntimeError("the stream's service is gone")
+        self._replies.put_nowait(await self._answer(request))
+
+    async def read(self) -> Any:
+        return await self._replies.get()
+
+    def cancel(self) -> bool:
+        self._replies.put_nowait(grpc.aio.EOF)
+        return True
+
+
 class SafetyService(safety_pb2_grpc.SafetyStub):
     def __init__(self) -> None:
         self.requests: list[safety_pb2.ClassifyRequest] = []
+        self.on_stream: list[safety_pb2.ClassifyRequest] = []  # asked on a session stream
         self.verdict = safety_pb2.ALLOW
         self.wait_for: asyncio.Event | None = None
+        self.broken = False  # its session streams fail
+
+    def ClassifySession(self, timeout=None):
+        async def answer(message):
+            self.on_stream.append(message.request)
+            reply = await self.Classify(message.request)
+            self.requests.pop()  # counted as asked on the stream, not called
+            return safety_pb2.ClassifySessionReply(seq=message.seq, response=reply)
+
+        return SessionCall(answer, self)
 
     async def Classify(self, request, timeout=None):
         self.requests.append(request)
@@ -82,6 +118,21 @@ class Tokenizer(tokenizer_pb2_grpc.TokenizerStub):
         self.calls: list[tuple[str, int]] = []
         self.per_item = 3
         self.rendered = asyncio.Event()
+        self.broken = False  # its session streams fail
+        self.refusal: session_pb2.Refusal | None = None  # what its stream answers instead
+
+    def RenderSession(self, timeout=None):
+        async def answer(message):
+            if self.refusal is not None:
+                return tokenizer_pb2.RenderSessionReply(seq=message.seq, refusal=self.refusal)
+            full = message.WhichOneof("render") == "full"
+            render = self.Render if full else self.RenderAppend
+            reply = await render(getattr(message, message.WhichOneof("render")))
+            name, items = self.calls.pop()
+            self.calls.append((f"{name} on stream", items))
+            return tokenizer_pb2.RenderSessionReply(seq=message.seq, response=reply)
+
+        return SessionCall(answer, self)
 
     async def Render(self, request, timeout=None):
         self.calls.append(("Render", len(request.items)))
@@ -112,9 +163,17 @@ class StandIns(Backends):
         self.tokenizer = Tokenizer()
 
 
-def resources(backends: Backends) -> Resources:
+def resources(backends: Backends, sessions: bool = False) -> Resources:
+    """The stages' resources over ``backends``; ``sessions``: client connections ask
+    safety and the tokenizer on session streams."""
+    streams = Sessions(backends, SessionSettings(True, 16, 60.0, 1.0)) if sessions else None
     return Resources(
-        backends, InMemoryResponseStore(100), ModelConfigCache(30.0), TokenCache(10**6), Limits()
+        backends,
+        InMemoryResponseStore(100),
+        ModelConfigCache(30.0),
+        TokenCache(10**6),
+        Limits(),
+        sessions=streams,
     )
 
 
