@@ -153,8 +153,9 @@ ADMISSION_LIMIT = Gauge(
 )
 ADMISSION_LATENCY = Gauge(
     "turnpike_gateway_admission_latency",
-    "The adaptive limit's signal: the median time to first token (arrival to first output "
-    "token leaving) of its last window of responses. The highest of a host's processes.",
+    "The adaptive limit's signal: the median time to first token (from admission to the "
+    "first output token leaving) of its last window of responses. The highest of a host's "
+    "processes.",
     unit="seconds",
     multiprocess_mode="livemax",
 )

@@ -169,3 +169,13 @@ def test_parameters_are_checked_and_fitted_under_a_low_ceiling() -> None:
     fitted = AdaptiveParams.within(2, initial=64, minimum=8, tolerance=2.0, window_s=0.5)
     assert (fitted.initial, fitted.minimum, fitted.maximum) == (2, 2, 2)
     assert AdaptiveParams.within(256, 4, 8, 2.0, 0.5).initial == 8
+
+
+def test_a_window_closes_early_once_it_holds_a_round_of_the_limit() -> None:
+    limit, _ = limiter(initial=8, minimum=4)
+    cohort = limit.cohort
+    for _ in range(7):  # a burst's first tokens, all within the window's time
+        assert not limit.sample(0.05, cohort, 8)
+    assert limit.signal_s is None
+    assert limit.sample(0.05, cohort, 8)  # the eighth: the whole round, judged now
+    assert limit.signal_s == pytest.approx(0.05) and limit.limit > 8

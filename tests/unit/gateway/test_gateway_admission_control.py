@@ -101,8 +101,8 @@ async def test_the_adaptive_limit_sets_the_bound_from_first_tokens() -> None:
         for i, admitted in enumerate(passes):
             if i == MIN_SAMPLES:
                 now[0] += 0.5
-            admitted.first_token(waited_s)
-            admitted.first_token(waited_s)  # one sample a response
+            admitted.first_token(admitted.admitted_at + waited_s)  # timed from admission
+            admitted.first_token(admitted.admitted_at + 9.0)  # one sample a response
         for admitted in passes:
             await admission.release(admitted, 0)
 
@@ -112,10 +112,8 @@ async def test_the_adaptive_limit_sets_the_bound_from_first_tokens() -> None:
     assert block["time_to_first_token_ms"] == 50.0 and block["baseline_ms"] == 50.0
     now[0] += 0.5
     passes = [await admission.admit("t", TenantLimits(), request(), 10) for _ in range(6)]
-    for i, admitted in enumerate(passes):
-        if i == MIN_SAMPLES:
-            now[0] += 0.5
-        admitted.first_token(1.0)  # 20x the baseline: cut by half
+    for admitted in passes:
+        admitted.first_token(admitted.admitted_at + 1.0)  # 20x the baseline: cut by half
     assert admission.in_flight.bound == 3 and not admission.can_admit()
 
 

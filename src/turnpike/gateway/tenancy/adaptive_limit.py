@@ -7,15 +7,19 @@ Free of I/O, with an injected clock: ``AdmissionControl`` tells it how many resp
 are in flight (``in_use``) and each response's latency sample (``sample``), and reads
 ``limit``.
 
-**The signal: time to first token at the gateway**, from the request's arrival to its
-first output token leaving. Responses stream and vary in length (20 tokens or 2,000), so
-their whole time is not comparable; this part is, and it is where overload shows: on a
-2-core machine the decode pace of each stream stays at the model's speed up to 256 streams
-at once, while the wait for the first token grows from about 70 ms to seconds, because
-everything a new response waits for lands in it (the event loop's backlog, parsing,
-safety, rendering, routing, the worker's queue and prefill). It also arrives early, at
-the first token, so the bound learns from a burst while the burst's streams still run,
-not seconds later when they end. Rejected as signals: the API overhead (known only at the
+**The signal: time to first token at the gateway, from admission**: from the moment a
+response takes its slot to its first output token leaving. Responses stream and vary in
+length (20 tokens or 2,000), so their whole time is not comparable; this part is, and it
+is where overload shows: on a 2-core machine the decode pace of each stream stays at the
+model's speed up to 256 streams at once, while the wait for the first token grows from
+about 70 ms to seconds, because everything an admitted response waits for lands in it
+(preparation on a busy event loop, safety, rendering, routing, the worker's queue and
+prefill). It starts at admission, as Envoy's filter times a request from when it lets it
+through: the time a request spent before (its head and body arriving, the refusals queued
+ahead of it in a burst) grows with the load offered, not with the concurrency admitted,
+and cutting the bound cannot shorten it. It also arrives early, at the first token, so
+the bound learns from a burst while the burst's streams still run, not seconds later
+when they end. Rejected as signals: the API overhead (known only at the
 end, and blind to the worker's queue), the gap between deltas (workers send on a schedule
 and catch up, so it measures the relay, not the wait), and time per output token (flat
 under overload here). Its weakness, prefill that grows with an uncached prompt, is damped
@@ -25,8 +29,9 @@ by taking a window's median and the baseline as a minimum.
 latency over a window's percentile, with headroom) and Netflix's Gradient2 (a tolerance,
 square-root headroom, no growth while the limit is not used):
 
-- samples are gathered in windows of at least ``window_s`` and ``MIN_SAMPLES`` samples;
-  a window's latency is their median;
+- samples are gathered in windows of ``window_s``, or of as many samples as the limit
+  (a burst's whole round), whichever comes first, and ``MIN_SAMPLES`` at least; a
+  window's latency is their median;
 - the baseline is the lowest window latency of the last ``baseline_windows`` windows,
   counted in windows rather than seconds, so a minimum goes stale under traffic that no
   longer reaches it (a slower model, a heavier workload) but not while the process idles;
@@ -116,9 +121,15 @@ class AdaptiveLimit:
         if self._window_start is None:
             self._window_start = now
         self._window.append(latency_s)
-        if now - self._window_start < self.params.window_s or len(self._window) < MIN_SAMPLES:
+        count = len(self._window)
+        if count < MIN_SAMPLES:
+            return False
+        if now - self._window_start < self.params.window_s and count < self._limit:
             return False
         return self._close_window(in_flight)
+
+    def now(self) -> float:
+        return self._clock()
 
     def _close_window(self, in_flight: int) -> bool:
         observed = statistics.median(self._window)

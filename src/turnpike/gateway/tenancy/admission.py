@@ -60,14 +60,16 @@ class Pass:
     released: bool = False
     # Set when a response's task took the pass over: it releases it, not ``hold``.
     handed_over: bool = False
-    # The adaptive limit's cohort at admission, and where the first token's wait goes.
+    # For the adaptive limit: when the slot was taken (its clock), the cohort then, and
+    # where the wait for the first token goes.
+    admitted_at: float = 0.0
     cohort: int = 0
     sample: Callable[[float, int], None] | None = None
 
-    def first_token(self, waited_s: float) -> None:
-        """The response's first output token left ``waited_s`` after it arrived."""
+    def first_token(self, at: float) -> None:
+        """The response's first output token left at ``at`` (the limit's clock)."""
         if self.sample is not None:
-            self.sample(waited_s, self.cohort)
+            self.sample(at - self.admitted_at, self.cohort)
             self.sample = None  # one sample a response (a rollout's later steps: none)
 
 
@@ -161,6 +163,7 @@ class AdmissionControl:
         admitted = Pass(tenant, None)
         if self.adaptive is not None:
             self.adaptive.in_use(self.in_flight.total)
+            admitted.admitted_at = self.adaptive.now()
             admitted.cohort, admitted.sample = self.adaptive.cohort, self._sample
         try:
             decision = await self.limiter.admit(
