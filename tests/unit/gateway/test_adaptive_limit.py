@@ -179,3 +179,13 @@ def test_a_window_closes_early_once_it_holds_a_round_of_the_limit() -> None:
     assert limit.signal_s is None
     assert limit.sample(0.05, cohort, 8)  # the eighth: the whole round, judged now
     assert limit.signal_s == pytest.approx(0.05) and limit.limit > 8
+
+
+def test_a_round_is_the_whole_limit_even_after_a_cut_to_a_fraction() -> None:
+    limit, clock = limiter(initial=40, minimum=4)
+    window(limit, clock, 0.05)
+    window(limit, clock, 0.3)  # cut to a fraction of a response: a round is what it admits
+    cohort, whole = limit.cohort, limit.limit
+    for _ in range(whole - 1):
+        assert not limit.sample(0.05, cohort, whole)
+    assert limit.sample(0.05, cohort, whole)

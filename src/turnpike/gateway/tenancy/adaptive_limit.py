@@ -124,7 +124,7 @@ class AdaptiveLimit:
         count = len(self._window)
         if count < MIN_SAMPLES:
             return False
-        if now - self._window_start < self.params.window_s and count < self._limit:
+        if now - self._window_start < self.params.window_s and count < self.limit:
             return False
         return self._close_window(in_flight)
 
