@@ -41,8 +41,14 @@ DOTENV_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("TURNPIKE_TENANTS_FILE",),
     ),
     (
-        "Responses one gateway process has in flight at most before it sheds with 503 (0: off).",
-        ("TURNPIKE_MAX_IN_FLIGHT", "TURNPIKE_ALLOW_PIPELINE_OVERRIDE"),
+        "Responses one gateway process has in flight at most before it sheds with 503 (0: off): an\n"
+        "adaptive bound that follows the time to first token, under TURNPIKE_MAX_IN_FLIGHT.",
+        (
+            "TURNPIKE_MAX_IN_FLIGHT",
+            "TURNPIKE_ADAPTIVE_ADMISSION",
+            "TURNPIKE_ADAPTIVE_MIN_IN_FLIGHT",
+            "TURNPIKE_ALLOW_PIPELINE_OVERRIDE",
+        ),
     ),
     (
         'Bounds on input (docs/tenants-and-limits.md, "Bounds on input"): characters of text per create request, the\n'

@@ -1,29 +1,38 @@
 """``python -m bench.admission.overload`` (``make bench-overload``): push well past capacity,
-with overload shedding off and on, side by side in one run.
+with overload shedding off, at a fixed bound and at the adaptive bound, side by side in
+one run.
 
-Two private stacks: one with shedding off (``TURNPIKE_MAX_IN_FLIGHT=0``), one with the
-gateway's default (or ``--max-in-flight``). Every request asks ``turnpike-sim`` (1,000
+Three private stacks: shedding off (``TURNPIKE_MAX_IN_FLIGHT=0``), a fixed bound
+(``TURNPIKE_ADAPTIVE_ADMISSION=false``, ``TURNPIKE_MAX_IN_FLIGHT`` 64 or ``--max-in-flight``)
+and the gateway's default, the adaptive bound. Every request asks ``turnpike-sim`` (1,000
 tokens/s) for about 2,000 tokens: a prompt that asks for that many ("in 2000 tokens": the
 simulator writes that long, ``src/turnpike/worker/pseudo_text.py``) and a ``max_output_tokens``
 that does not cut it. First one request alone on each stack (the reference), then the
 capacity sweep on the stack without shedding: N streams at once, and the tokens/s each
-one gets against the model's speed (the figure the in-flight default comes from); then N
-requests at once (300, 600) on each stack in turn. Every request over HTTP with SSE on a
-connection of its own, waited for at most a bounded time (a hung request). Results in
-``bench/results/overload.{json,md,png}``.
+one gets against the model's speed; then bursts of N requests at once (300, 600), each N
+``--bursts`` times (3), the stacks in turn within each round, so the adaptive bound can
+be seen to settle. Every request over HTTP with SSE on a connection of its own, waited for
+at most a bounded time (a hung request). ``--cpu-quota CORES`` holds each stack's
+processes to that many cores (``bench.admission.cpu_quota``; the load generator stays
+outside). Results in ``bench/results/overload.{json,md,png}``, or
+``overload-half-cpu.*`` under a quota of half the machine's cores.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import httpx
+
 from bench.admission import common
 from bench.admission.common import COMPLETED, TIMEOUT, AnswerChannel, Shot, fmt, low, shoot
+from bench.admission.cpu_quota import CpuQuota, QuotaUnavailable
 from bench.admission.plots import overload_plot
 from bench.load.__main__ import positive_ints
 from bench.load.driver import settled_usage
@@ -31,11 +40,12 @@ from bench.load.stats import dist
 from bench.loop.stack import CpuMeter, Target
 from bench.services.common import log, markdown_table
 
-PLOT = "overload.png"
-OFF, ON = "off", "on"
+OFF, FIXED, ADAPTIVE = "off", "fixed", "adaptive"
+SHEDDING = (FIXED, ADAPTIVE)
 MAX_IN_FLIGHT = "TURNPIKE_MAX_IN_FLIGHT"
+ADAPTIVE_ADMISSION = "TURNPIKE_ADAPTIVE_ADMISSION"
 TARGET_LATENCY_RATIO = 2.0
-TARGET_REJECT_MS = 1000.0
+TARGET_REJECT_P50_MS = 200.0
 
 
 @dataclass(frozen=True)
@@ -48,7 +58,11 @@ class Plan:
     model_tokens_per_s: float = 1000.0  # turnpike-sim's decode speed
     alone_runs: int = 3
     timeout_s: float = 120.0  # a request not answered by then has hung
-    max_in_flight: int | None = None  # shedding on: the gateway's default unless given
+    bursts: int = 3  # of each N on each stack
+    max_in_flight: int = 64  # the fixed stack's bound
+    # The adaptive stack's settings beyond the gateway's defaults (the quick run's small N).
+    adaptive_env: tuple[tuple[str, str], ...] = ()
+    cpu_quota: float | None = None  # cores each stack may use; None: the whole machine
 
     def body(self) -> dict[str, Any]:
         return {
@@ -59,21 +73,39 @@ class Plan:
             "max_output_tokens": self.output_tokens + 100,
         }
 
-    def shedding_env(self) -> dict[str, str]:
-        return {} if self.max_in_flight is None else {MAX_IN_FLIGHT: str(self.max_in_flight)}
+    def stack_env(self, variant: str) -> dict[str, str]:
+        if variant == OFF:
+            return {MAX_IN_FLIGHT: "0"}
+        if variant == FIXED:
+            return {MAX_IN_FLIGHT: str(self.max_in_flight), ADAPTIVE_ADMISSION: "false"}
+        return dict(self.adaptive_env)
 
 
 FULL = Plan()
 QUICK = Plan(
     concurrency=(12, 24), sweep=(2, 4), sweep_reps=1, output_tokens=200, alone_runs=1,
-    timeout_s=30.0, max_in_flight=4,
+    timeout_s=30.0, bursts=2, max_in_flight=4,
+    adaptive_env=(
+        (MAX_IN_FLIGHT, "6"), ("TURNPIKE_ADAPTIVE_INITIAL_IN_FLIGHT", "6"),
+        ("TURNPIKE_ADAPTIVE_MIN_IN_FLIGHT", "2"),
+    ),
 )  # fmt: skip
+
+
+def cores(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError("cores must be > 0")
+    return value
+
 
 OPTIONS: list[common.Option] = [
     ("--requests", "concurrency", positive_ints, "N at once (300,600)"),
     ("--sweep", "sweep", positive_ints, "streams at once, swept (8,16,...,256)"),
     ("--tokens", "output_tokens", int, "output tokens asked for (2000)"),
-    ("--max-in-flight", "max_in_flight", int, "the shedding stack's bound (the gateway's default)"),
+    ("--bursts", "bursts", int, "bursts of each N on each stack (3)"),
+    ("--max-in-flight", "max_in_flight", int, "the fixed stack's bound (64)"),
+    ("--cpu-quota", "cpu_quota", cores, "cores each stack may use (the whole machine)"),
 ]
 
 
@@ -125,7 +157,7 @@ def pace(shots: list[Shot]) -> dict[str, dict[str, float | None]]:
 
 
 def run_record(
-    variant: str, n: int, shots: list[Shot], cost: dict, alone_ms: float | None
+    variant: str, n: int, shots: list[Shot], cost: dict, alone_ms: float | None, burst: int = 1
 ) -> dict[str, Any]:
     """One burst: admitted (completed), rejected (answered with an error status), hung
     (no answer within the timeout) and anything else, with their times."""
@@ -136,6 +168,7 @@ def run_record(
     return {
         "variant": variant,
         "requests": n,
+        "burst": burst,
         "answered": len(shots) - len(hung),
         "admitted": len(done),
         "rejected": len(rejected),
@@ -282,12 +315,16 @@ async def measure(stacks: dict[str, Target], plan: Plan) -> dict[str, Any]:
 
     runs = []
     for n in plan.concurrency:
-        for variant, target in stacks.items():
-            log(f"{n} requests at once, shedding {variant}")
-            shots, cost = await burst(target, n, plan, f"{n} at once, shedding {variant}")
-            runs.append(run_record(variant, n, shots, cost, base[variant]))
-            log(f"  {run_line(runs[-1])}")
-            await settled_usage(target)
+        for burst_no in range(1, plan.bursts + 1):
+            for variant, target in stacks.items():
+                label = f"{n} at once, shedding {variant}, burst {burst_no}/{plan.bursts}"
+                log(label)
+                shots, cost = await burst(target, n, plan, label)
+                record = run_record(variant, n, shots, cost, base[variant], burst_no)
+                await settled_usage(target)
+                record["admission_after"] = await admission_block(target)
+                runs.append(record)
+                log(f"  {run_line(record)}{bound_text(record)}")
     return {
         "alone": references,
         "sweep": sweep,
@@ -296,55 +333,95 @@ async def measure(stacks: dict[str, Target], plan: Plan) -> dict[str, Any]:
     }
 
 
+async def admission_block(target: Target) -> dict[str, Any] | None:
+    """The gateway's admission as /readyz reports it (the adaptive bound where it moved)."""
+    url = target.base_url.rsplit("/v1", 1)[0] + "/readyz"
+    try:
+        async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
+            block: dict[str, Any] | None = (await http.get(url)).json().get("admission")
+            return block
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def bound_text(r: dict[str, Any]) -> str:
+    block = r.get("admission_after") or {}
+    if not block.get("adaptive"):
+        return ""
+    return (
+        f"; bound now {block['bound']} (time to first token {fmt(block.get('time_to_first_token_ms'), 0)}"
+        f" ms against a baseline of {fmt(block.get('baseline_ms'), 0)} ms)"
+    )
+
+
+def worst(values: list[float | None]) -> float | None:
+    """The highest of the bursts' values (None where no burst has one)."""
+    found = [v for v in values if v is not None]
+    return max(found) if found else None
+
+
 def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per N and shedding stack, its worst burst against each goal; every stack: none hung."""
     out = []
-    for r in data["runs"]:
-        n = r["requests"]
-        if r["variant"] == ON:
-            ratio = r["admitted_p50_vs_alone"]
+    sizes = sorted({r["requests"] for r in data["runs"]})
+    for n in sizes:
+        for variant in SHEDDING:
+            runs = [r for r in data["runs"] if r["requests"] == n and r["variant"] == variant]
+            if not runs:
+                continue
+            alone = data["alone"][variant]["latency_ms"]["p50"]
+            ratio = worst([r["admitted_p50_vs_alone"] for r in runs])
+            ratios = ", ".join(common_x(r["admitted_p50_vs_alone"]) for r in runs)
             out.append(
                 {
-                    "name": f"{n} at once, shedding on: admitted p50 vs one alone",
+                    "name": f"{n} at once, {variant} bound: admitted p50 vs one alone, worst burst",
                     "goal": f"within {TARGET_LATENCY_RATIO:g}x",
                     "measured": ratio,
                     "pass": None if ratio is None else ratio <= TARGET_LATENCY_RATIO,
-                    "detail": f"{fmt(r['admitted_ms']['p50'], 0)} ms vs "
-                    f"{fmt(data['alone'][ON]['latency_ms']['p50'], 0)} ms; {r['admitted']} "
-                    f"admitted",
+                    "detail": f"bursts {ratios} (one alone {fmt(alone, 0)} ms); admitted "
+                    + ", ".join(str(r["admitted"]) for r in runs),
                 }
             )
-            p99 = r["rejected_ms"]["p99"]
+            p50 = worst([r["rejected_ms"]["p50"] for r in runs])
             out.append(
                 {
-                    "name": f"{n} at once, shedding on: rejected answered within",
-                    "goal": f"< {TARGET_REJECT_MS:,.0f} ms",
-                    "measured": p99,
-                    "pass": None if p99 is None else p99 < TARGET_REJECT_MS,
-                    "detail": f"p99 {fmt(p99, 0)} ms, p50 {fmt(r['rejected_ms']['p50'], 0)} ms; "
-                    f"{r['rejected']} rejected ({outcomes_text(r, rejected=True)})",
+                    "name": f"{n} at once, {variant} bound: rejected answered in, p50, worst burst",
+                    "goal": f"< {TARGET_REJECT_P50_MS:,.0f} ms",
+                    "measured": p50,
+                    "pass": None if p50 is None else p50 < TARGET_REJECT_P50_MS,
+                    "detail": "bursts "
+                    + ", ".join(
+                        f"{fmt(r['rejected_ms']['p50'], 0)} (p99 {fmt(r['rejected_ms']['p99'], 0)})"
+                        for r in runs
+                    )
+                    + f" ms; {sum(r['rejected'] for r in runs):,} rejected "
+                    f"({sum(r['rejected_with_retry_after'] for r in runs):,} with retry-after)",
                 }
             )
-        out.append(
-            {
-                "name": f"{n} at once, shedding {r['variant']}: hung requests",
-                "goal": "0",
-                "measured": r["hung"],
-                "pass": r["hung"] == 0,
-                "detail": f"none of {n} unanswered after {data['params']['timeout_s']:g} s"
-                if not r["hung"]
-                else f"{r['hung']} of {n} unanswered after {data['params']['timeout_s']:g} s",
-            }
-        )
+    hung = sum(r["hung"] for r in data["runs"])
+    total = sum(r["requests"] for r in data["runs"])
+    out.append(
+        {
+            "name": "every burst, every stack: hung requests",
+            "goal": "0",
+            "measured": hung,
+            "pass": hung == 0,
+            "detail": f"{hung} of {total:,} unanswered after {data['params']['timeout_s']:g} s",
+        }
+    )
     return out
 
 
-def shedding_text(plan: Plan, runs: list[dict[str, Any]]) -> str:
-    """How the shedding stack was set, and the most it admitted from one burst."""
-    most = max((r["admitted"] for r in runs if r["variant"] == ON), default=None)
-    seen = f"; at most {most} admitted from one burst" if most is not None else ""
-    if plan.max_in_flight is None:
-        return f"the gateway's default bound{seen}"
-    return f"`{MAX_IN_FLIGHT}={plan.max_in_flight}`{seen}"
+def shedding_text(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, str]:
+    """How each shedding stack was set, and the most it admitted from one burst."""
+    texts = {}
+    for variant in SHEDDING:
+        most = max((r["admitted"] for r in runs if r["variant"] == variant), default=None)
+        seen = f"; at most {most} admitted from one burst" if most is not None else ""
+        env = plan.stack_env(variant)
+        how = ", ".join(f"`{k}={v}`" for k, v in env.items()) or "the gateway's defaults"
+        texts[variant] = how + seen
+    return texts
 
 
 def outcomes_text(r: dict[str, Any], rejected: bool = False) -> str:
@@ -361,15 +438,24 @@ def outcomes_text(r: dict[str, Any], rejected: bool = False) -> str:
 
 def markdown(data: dict[str, Any]) -> str:
     p = data["params"]
-    shed = data["shedding_on"]
+    shed = data["shedding"]
+    quota = data.get("cpu_quota")
+    where = (
+        f"Each stack's processes held to {quota['describe']}; the load generator outside, on "
+        "the whole machine. "
+        if quota
+        else ""
+    )
     intro = (
-        f"Two private stacks, started side by side: shedding **off** (`{MAX_IN_FLIGHT}=0`) "
-        f"and **on** ({shed}). Every request asks `{p['model']}` "
+        f"Three private stacks, started side by side: shedding **off** (`{MAX_IN_FLIGHT}=0`), "
+        f"a **fixed** bound ({shed[FIXED]}) and the **adaptive** bound ({shed[ADAPTIVE]}). "
+        f"{where}Every request asks `{p['model']}` "
         f"({p['model_tokens_per_s']:,.0f} tokens/s) for about {p['output_tokens']:,} tokens "
         f'("... in {p["output_tokens"]} tokens", `max_output_tokens` '
         f"{p['output_tokens'] + 100:,}), streamed over HTTP with SSE, each on a connection of "
         f"its own, all sent at once, each waited for at most {p['timeout_s']:g} s (past that, "
-        "hung). Latency = from the connect to the terminal event (or to the error answer); "
+        f"hung); each N {p['bursts']} times on each stack, the stacks in turn. Latency = from "
+        "the connect to the terminal event (or to the error answer); "
         "delivered tokens/s a stream = output tokens over that latency; "
         "percentiles nearest-rank. The load generator runs on the same machine as both "
         "stacks; its own CPU is in the tables (client cores)."
@@ -401,14 +487,23 @@ def markdown(data: dict[str, Any]) -> str:
         rows,
         1,
     )
-    lines += ["", "## N requests at once", ""]
+    lines += [
+        "",
+        "## N requests at once",
+        "",
+        "Bursts in the order they ran; **bound after**: the gateway's in-flight bound once the "
+        "burst was over (/readyz), with the adaptive bound's signal (median time to first "
+        "token of its last window) and baseline.",
+        "",
+    ]
     rows = []
-    for r in data["runs"]:
+    for r in sorted(data["runs"], key=lambda r: (r["requests"], r["burst"])):
         a, j = r["admitted_ms"], r["rejected_ms"]
         rows.append(
             [
                 r["variant"],
                 f"{r['requests']:,}",
+                str(r["burst"]),
                 f"{r['admitted']:,}",
                 f"{r['rejected']:,}",
                 str(r["hung"]),
@@ -422,12 +517,14 @@ def markdown(data: dict[str, Any]) -> str:
                 fmt(r["gateway_cores"], 2),
                 fmt(r["stack_cores"], 2),
                 fmt(r["client_cores"], 2),
+                bound_cell(r),
             ]
         )
     lines += markdown_table(
         [
             "shedding",
             "requests",
+            "burst",
             "admitted",
             "rejected",
             "hung",
@@ -441,19 +538,32 @@ def markdown(data: dict[str, Any]) -> str:
             "gateway cores",
             "stack cores",
             "client cores",
+            "bound after (TTFT / baseline ms)",
         ],
         rows,
-        1,
+        2,
     )
     answers = []
     for r in data["runs"]:
         for kind, v in r["by_outcome"].items():
             status, count, told = str(v["status"] or "-"), f"{v['count']:,}", v["with_retry_after"]
-            answers.append([r["variant"], f"{r['requests']:,}", kind, status, count, f"{told:,}"])
+            answers.append(
+                [r["variant"], f"{r['requests']:,}", str(r["burst"]), kind, status, count,
+                 f"{told:,}"]
+            )  # fmt: skip
     lines += ["", "Answers by kind:", ""]
     lines += markdown_table(
-        ["shedding", "requests", "answer", "status", "count", "with retry-after"], answers, 3
+        ["shedding", "requests", "burst", "answer", "status", "count", "with retry-after"],
+        answers,
+        4,
     )
+    if quota:
+        lines += ["", "CPU quota: time each stack's processes waited for their next period:", ""]
+        lines += [
+            f"- {v}: throttled in {t['throttled_periods']:,} of {t['periods']:,} periods, "
+            f"{t['throttled_s']:.1f} s in all"
+            for v, t in quota["throttled"].items()
+        ]
     lines += ["", "## Capacity: concurrent streams paced at full speed", ""]
     lines += [
         f"N streams of {p['output_tokens']:,} tokens sent at once to the stack without "
@@ -527,44 +637,90 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         "## Plot",
         "",
-        f"![{PLOT}]({PLOT})",
+        f"![{results_stem_of(data)}.png]({results_stem_of(data)}.png)",
     ]
     return "\n".join(lines) + "\n"
+
+
+def results_stem_of(data: dict[str, Any]) -> str:
+    params = data["params"]
+    return results_stem(Plan(cpu_quota=params.get("cpu_quota")))
 
 
 def common_x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def bound_cell(r: dict[str, Any]) -> str:
+    block = r.get("admission_after") or {}
+    if "bound" not in block:
+        return "-"
+    if not block.get("adaptive"):
+        return str(block["bound"]) if block["bound"] else "off"
+    signal, baseline = block.get("time_to_first_token_ms"), block.get("baseline_ms")
+    return f"{block['bound']} ({fmt(signal, 0)} / {fmt(baseline, 0)})"
+
+
+def results_stem(plan: Plan) -> str:
+    """``overload``; under a quota, ``overload-half-cpu`` (half the machine's cores) or
+    ``overload-cpu-<cores>``."""
+    if plan.cpu_quota is None:
+        return "overload"
+    if plan.cpu_quota * 2 == (os.cpu_count() or 0):
+        return "overload-half-cpu"
+    return f"overload-cpu-{plan.cpu_quota:g}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = common.parser(
         "python -m bench.admission.overload",
-        "N requests of ~2,000 tokens at once against a stack with shedding off and one with "
-        "it on, one request alone as the reference, and the capacity sweep.",
-        "12 and 24 requests of 200 tokens, shedding at 4 in flight, a sweep of 2 and 4",
+        "Bursts of N requests of ~2,000 tokens at once against stacks with shedding off, at "
+        "a fixed bound and at the adaptive bound, one request alone as the reference, and "
+        "the capacity sweep; optionally with each stack held to a CPU quota.",
+        "12 and 24 requests of 200 tokens, twice each, a fixed bound of 4 and an adaptive "
+        "one of at most 6, a sweep of 2 and 4",
     )
     args, plan = common.parse_plan(parser, argv, OPTIONS, FULL, QUICK)
     run = common.Run(argv, "bench-overload", args.quick, args.note)
     stacks: dict[str, Target] = {}
+    quotas: dict[str, CpuQuota] = {}
     try:
-        stacks[OFF] = common.start_stack({MAX_IN_FLIGHT: "0"}, "shedding off")
-        stacks[ON] = common.start_stack(plan.shedding_env(), "shedding on")
+        for variant in (OFF, FIXED, ADAPTIVE):
+            stacks[variant] = common.start_stack(plan.stack_env(variant), f"shedding {variant}")
+            if plan.cpu_quota is not None:
+                # One group per stack: the stacks run in turn, each as if alone on a
+                # machine of that size.
+                quotas[variant] = CpuQuota(
+                    f"turnpike-bench-{os.getpid()}-{variant}", plan.cpu_quota
+                )
+                quotas[variant].add(stacks[variant].pids.values())
+                log(f"  held to {quotas[variant].describe()}")
         import uvloop
 
         results = uvloop.run(measure(stacks, plan))
+        throttled = {v: q.throttled() for v, q in quotas.items()}
+    except QuotaUnavailable as exc:
+        log(f"this machine cannot hold a stack to a CPU quota: {exc}")
+        return 2
     finally:
         for target in stacks.values():
             target.stop()
-    data = run.header("Overload: shedding off and on")
+        for quota in quotas.values():
+            quota.remove()
+    data = run.header("Overload: shedding off, at a fixed bound and at the adaptive bound")
     data |= {
         "stacks": {v: t.description for v, t in stacks.items()},
-        "shedding_on": shedding_text(plan, results["runs"]),
+        "shedding": shedding_text(plan, results["runs"]),
         "params": asdict(plan),
         **results,
     }
+    if quotas:
+        first = next(iter(quotas.values()))
+        data["cpu_quota"] = {"describe": first.describe(), "throttled": throttled}
     data["targets"] = targets(data)
-    common.write_results(data, args.out.resolve(), "overload", markdown, overload_plot)
+    stem = results_stem(plan)
+    common.write_results(data, args.out.resolve(), stem, markdown, overload_plot)
     return 0
 
 

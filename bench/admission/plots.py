@@ -11,7 +11,7 @@ from typing import Any
 
 PHASE_COLORS = {"alone": "#2ca02c", "flood": "#d62728"}
 STATUS_COLORS = {200: "#2ca02c", 429: "#ff7f0e", 503: "#9467bd", 0: "#000000"}
-VARIANT_COLORS = {"off": "#d62728", "on": "#1f77b4"}
+VARIANT_COLORS = {"off": "#d62728", "fixed": "#ff7f0e", "adaptive": "#1f77b4"}
 
 
 def _pyplot():
@@ -111,21 +111,27 @@ def overload_plot(data: dict[str, Any], path: Path) -> None:
     fig, (times, sweep) = plt.subplots(1, 2, figsize=(13, 5.5), dpi=100)
     dashes = ["-", "--", ":", "-."]
     sizes = sorted({r["requests"] for r in data["runs"]})
-    for r in data["runs"]:
-        style = dashes[sizes.index(r["requests"]) % len(dashes)]
-        color = VARIANT_COLORS.get(r["variant"], "#7f7f7f")
-        name = f"{r['requests']} at once, shedding {r['variant']}"
-        _cdf(times, r["admitted_series"], style, color, f"{name}: admitted ({r['admitted']})")
-        if r["rejected_series"]:
-            _cdf(times, r["rejected_series"], style, "#9467bd",
-                 f"{name}: rejected ({r['rejected']})")  # fmt: skip
-    alone = data["alone"]["on"]["latency_ms"]["p50"]
+    pooled: dict[tuple[int, str], dict[str, list[float]]] = {}
+    for r in data["runs"]:  # a variant's bursts of one N together
+        cell = pooled.setdefault((r["requests"], r["variant"]), {"admitted": [], "rejected": []})
+        cell["admitted"] += r["admitted_series"]
+        cell["rejected"] += r["rejected_series"]
+    for (n, variant), cell in pooled.items():
+        style = dashes[sizes.index(n) % len(dashes)]
+        color = VARIANT_COLORS.get(variant, "#7f7f7f")
+        name = f"{n} at once, {variant}"
+        admitted, rejected = sorted(cell["admitted"]), sorted(cell["rejected"])
+        _cdf(times, admitted, style, color, f"{name}: admitted ({len(admitted)})")
+        if rejected:
+            _cdf(times, rejected, style, "#9467bd" if variant == "fixed" else "#8c564b",
+                 f"{name}: rejected ({len(rejected)})")  # fmt: skip
+    alone = data["alone"]["adaptive"]["latency_ms"]["p50"]
     if alone:
         times.axvline(
             alone / 1000, color="#2ca02c", lw=1, label=f"one alone ({alone / 1000:.2f} s)"
         )
         times.axvline(2 * alone / 1000, color="#2ca02c", lw=1, ls=":", label="2x one alone")
-    times.axvline(1.0, color="#555", lw=1, ls="--", label="1 s")
+    times.axvline(0.2, color="#555", lw=1, ls="--", label="200 ms")
     times.set_xscale("log")
     times.set_xlabel("seconds from connect to the last event or the error answer (log)")
     times.set_ylabel("share of the requests of that kind")
@@ -151,7 +157,9 @@ def overload_plot(data: dict[str, Any], path: Path) -> None:
     sweep.set_title("Capacity: how many streams keep the model's pace")
     sweep.grid(True, alpha=0.3)
     sweep.legend(fontsize=8, loc="lower left")
-    fig.suptitle(f"Overload on {data['params']['model']} ({data['mode']} run)")
+    quota = data["params"].get("cpu_quota")
+    where = f", each stack held to {quota:g} core(s)" if quota else ""
+    fig.suptitle(f"Overload on {data['params']['model']} ({data['mode']} run{where})")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -149,6 +149,51 @@ class PdfSettings(EnvSettings):
     )
 
 
+class AdaptiveAdmissionSettings(EnvSettings):
+    """The adaptive bound on a gateway process's responses in flight
+    (turnpike.gateway.tenancy.adaptive_limit): it follows each response's time to first
+    token and holds it near its unloaded value, under TURNPIKE_MAX_IN_FLIGHT
+    (docs/tenants-and-limits.md, "Limits and overload")."""
+
+    readers = ("gateway",)
+
+    enabled: Flag = setting(
+        "TURNPIKE_ADAPTIVE_ADMISSION",
+        True,
+        "Move the in-flight bound with the measured time to first token. Off: the bound is "
+        "TURNPIKE_MAX_IN_FLIGHT, fixed.",
+    )
+    min_in_flight: Integer = setting(
+        "TURNPIKE_ADAPTIVE_MIN_IN_FLIGHT",
+        8,
+        "The least the adaptive bound falls to (TURNPIKE_MAX_IN_FLIGHT if that is lower).",
+        ge=1,
+    )
+    initial_in_flight: Integer = setting(
+        "TURNPIKE_ADAPTIVE_INITIAL_IN_FLIGHT",
+        64,
+        "The adaptive bound at start, before any response has been measured (within the "
+        "minimum and TURNPIKE_MAX_IN_FLIGHT).",
+        ge=1,
+    )
+    tolerance: Number = setting(
+        "TURNPIKE_ADAPTIVE_TOLERANCE",
+        2.0,
+        "How far the median time to first token may rise over its recent lowest (times it, "
+        "plus 20 ms) before the bound is cut; below it, and in use, the bound grows.",
+        ge=1.0,
+        le=100.0,
+    )
+    window_s: Number = setting(
+        "TURNPIKE_ADAPTIVE_WINDOW_S",
+        0.5,
+        "Seconds of responses (3 at least) whose median time to first token is one sample "
+        "of the adaptive bound.",
+        gt=0,
+        le=60.0,
+    )
+
+
 MIB = 1024 * 1024
 
 
@@ -359,9 +404,10 @@ class GatewaySettings(EnvSettings):
     )
     max_in_flight: Integer = setting(
         "TURNPIKE_MAX_IN_FLIGHT",
-        64,
+        256,
         "Responses one gateway process has in flight at most; past it a fast 503 (overload "
-        "shedding). 0 turns it off. From the capacity `make bench-overload` measures.",
+        "shedding). The ceiling of the adaptive bound (TURNPIKE_ADAPTIVE_*), or the bound "
+        "itself with that off (then set it from `make bench-overload`). 0 turns shedding off.",
         ge=0,
     )
     session_streams: Flag = setting(
@@ -404,6 +450,7 @@ class GatewaySettings(EnvSettings):
     endpoints: Endpoints = Field(default_factory=Endpoints)
     images: ImageresSettings = Field(default_factory=ImageresSettings)
     pdf: PdfSettings = Field(default_factory=PdfSettings)
+    adaptive: AdaptiveAdmissionSettings = Field(default_factory=AdaptiveAdmissionSettings)
 
     def check(self) -> None:
         if self.tenants_file:

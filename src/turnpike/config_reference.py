@@ -12,6 +12,7 @@ from pydantic.fields import FieldInfo
 
 from turnpike.catalogue import SERVICES
 from turnpike.config import (
+    AdaptiveAdmissionSettings,
     BillingSettings,
     Endpoints,
     GatewaySettings,
@@ -39,7 +40,7 @@ SECTIONS: tuple[tuple[str, tuple[type[EnvSettings], ...]], ...] = (
             *(server_settings_class(s) for s in SERVICES if s.name in GRPC_SERVICES),
         ),
     ),
-    ("The gateway", (GatewaySettings, Endpoints, PdfSettings)),
+    ("The gateway", (GatewaySettings, Endpoints, PdfSettings, AdaptiveAdmissionSettings)),
     ("Images: the gateway and imageres", (ImageresSettings,)),
     ("The router", (RouterSettings,)),
     ("The worker", (WorkerSettings,)),

@@ -195,10 +195,10 @@ def test_fairness_quick_run(tmp_path: Path) -> None:
 
 def test_overload_quick_run(tmp_path: Path) -> None:
     run = _run("bench.admission.overload", tmp_path)
-    assert "capacity sweep" in run.stdout and "shedding on" in run.stdout
+    assert "capacity sweep" in run.stdout and "shedding adaptive" in run.stdout
     data = json.loads((tmp_path / "overload.json").read_text())
     why = run.stdout[-3000:]
-    assert set(data["alone"]) == {"off", "on"}
+    assert set(data["alone"]) == {"off", "fixed", "adaptive"}
     for reference in data["alone"].values():
         assert reference["completed"] == reference["runs"] == 1, why
         assert reference["output_tokens_mean"] >= 200, why  # asked for 200: written in full
@@ -208,23 +208,56 @@ def test_overload_quick_run(tmp_path: Path) -> None:
         for kind in ("delivered", "decode"):
             rates = cell["tokens_per_s"][kind]
             assert 0 < rates["p10"] <= rates["p50"], why
-    runs = {(r["variant"], r["requests"]): r for r in data["runs"]}
-    assert set(runs) == {(v, n) for v in ("off", "on") for n in (12, 24)}
-    for (variant, n), r in runs.items():
+    variants, sizes = ("off", "fixed", "adaptive"), (12, 24)
+    keys = [(r["variant"], r["requests"], r["burst"]) for r in data["runs"]]
+    assert sorted(keys) == sorted((v, n, b) for v in variants for n in sizes for b in (1, 2))
+    for r in data["runs"]:
         # Every request answered, none hung; nothing but completions and 503s.
+        n = r["requests"]
         assert r["answered"] == n and r["hung"] == 0 and r["other"] == 0, (r, why)
         assert r["admitted"] + r["rejected"] == n, (r, why)
-        if variant == "off":
-            assert r["rejected"] == 0, (r, why)
-    # At 4 in flight, 24 at once: the stack streams some and refuses the rest at once,
-    # each refusal a 503 that says when to come back.
-    shed = runs[("on", 24)]
-    assert 4 <= shed["admitted"] < 24 and shed["rejected"] > 0, (shed, why)
-    overloaded = shed["by_outcome"]["HTTP 503: server_overloaded"]
-    assert overloaded["with_retry_after"] == overloaded["count"] == shed["rejected"], shed
-    assert shed["rejected_ms"]["max"] < shed["admitted_ms"]["p50"], shed
+        if r["variant"] == "off":
+            assert r["rejected"] == 0 and r["admission_after"]["bound"] == 0, (r, why)
+    # At 4 in flight (fixed) and at most 6 (adaptive), 24 at once: each stack streams some
+    # and refuses the rest at once, each refusal a 503 that says when to come back.
+    for variant, most in (("fixed", 4), ("adaptive", 6)):
+        for shed in (r for r in data["runs"] if (r["variant"], r["requests"]) == (variant, 24)):
+            assert 1 <= shed["admitted"] <= most and shed["rejected"] > 0, (shed, why)
+            overloaded = shed["by_outcome"]["HTTP 503: server_overloaded"]
+            assert overloaded["with_retry_after"] == overloaded["count"] == shed["rejected"]
+            assert shed["rejected_ms"]["max"] < shed["admitted_ms"]["p50"], shed
+    # The adaptive stack reports its bound and the signal it follows.
+    after = [r["admission_after"] for r in data["runs"] if r["variant"] == "adaptive"]
+    assert all(a["adaptive"] and 2 <= a["bound"] <= a["ceiling"] == 6 for a in after), after
+    assert after[-1]["time_to_first_token_ms"] > 0 and after[-1]["baseline_ms"] > 0, after
+    fixed = [r["admission_after"] for r in data["runs"] if r["variant"] == "fixed"]
+    assert all(not a["adaptive"] and a["bound"] == 4 for a in fixed), fixed
 
     markdown = (tmp_path / "overload.md").read_text()
     assert "## Capacity: concurrent streams paced at full speed" in markdown
-    assert "| on | 24 |" in markdown and "(overload.png)" in markdown
+    assert "| adaptive | 24 | 2 |" in markdown and "(overload.png)" in markdown
     assert (tmp_path / "overload.png").stat().st_size > 10_000
+
+
+def test_overload_under_a_cpu_quota_names_its_results_and_the_quota(tmp_path: Path) -> None:
+    """A bounded run of the bench under a CPU quota (where the machine allows one): one
+    size, one burst, its own file names, the quota in the report."""
+    from bench.admission.cpu_quota import CpuQuota, QuotaUnavailable
+
+    try:
+        CpuQuota("turnpike-test-probe", 1.0).remove()
+    except QuotaUnavailable as exc:
+        pytest.skip(f"no CPU quota here: {exc}")
+    _run(
+        "bench.admission.overload", tmp_path, "--cpu-quota", "0.5", "--requests", "12",
+        "--bursts", "1", "--sweep", "2",
+    )  # fmt: skip
+    data = json.loads((tmp_path / "overload-cpu-0.5.json").read_text())
+    assert data["params"]["cpu_quota"] == 0.5
+    throttled = data["cpu_quota"]["throttled"]
+    assert set(throttled) == {"off", "fixed", "adaptive"}
+    assert all(t["periods"] > 0 for t in throttled.values()), throttled
+    assert all(r["hung"] == 0 for r in data["runs"])
+    markdown = (tmp_path / "overload-cpu-0.5.md").read_text()
+    assert "0.5 core(s): CFS quota 50000 us per 100000 us" in markdown
+    assert "(overload-cpu-0.5.png)" in markdown

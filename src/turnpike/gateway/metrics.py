@@ -163,3 +163,25 @@ SESSION_EXCHANGES = Counter(
     "call would have had it), broken (asked again by a call).",
     ["service", "outcome"],
 )
+ADMISSION_LIMIT = Gauge(
+    "turnpike_gateway_admission_limit",
+    "Responses a gateway process admits at once now: the adaptive limit "
+    "(turnpike.gateway.tenancy.adaptive_limit) under TURNPIKE_MAX_IN_FLIGHT, or that bound "
+    "fixed; 0 with shedding off. Summed over the processes of a host.",
+    multiprocess_mode="livesum",
+)
+ADMISSION_LATENCY = Gauge(
+    "turnpike_gateway_admission_latency",
+    "The adaptive limit's signal: the median time to first token (from admission to the "
+    "first output token leaving) of its last window of responses. The highest of a host's "
+    "processes.",
+    unit="seconds",
+    multiprocess_mode="livemax",
+)
+ADMISSION_BASELINE = Gauge(
+    "turnpike_gateway_admission_baseline",
+    "The adaptive limit's baseline: the lowest window median of time to first token among "
+    "its recent windows, the wait it holds the signal near. The lowest of a host's processes.",
+    unit="seconds",
+    multiprocess_mode="livemin",
+)

@@ -3,6 +3,7 @@ the HTTP and WebSocket adapters."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from turnpike.gateway.state.responses import ResponseStore
 from turnpike.gateway.state.responses_memory import InMemoryResponseStore
 from turnpike.gateway.state.responses_redis import RedisResponseStore
 from turnpike.gateway.state.token_cache import TokenCache
+from turnpike.gateway.tenancy.adaptive_limit import AdaptiveLimit, AdaptiveParams
 from turnpike.gateway.tenancy.admission import AdmissionControl
 from turnpike.gateway.tenancy.limits import FallbackLimiter, Limiter, LocalLimiter, RedisLimiter
 from turnpike.gateway.tenancy.shedding import InFlight
@@ -42,6 +44,20 @@ def build_limiter(settings: GatewaySettings) -> Limiter:
     if settings.redis_url:
         return FallbackLimiter(RedisLimiter(settings.redis_url), LocalLimiter())
     return LocalLimiter()
+
+
+def build_admission(settings: GatewaySettings) -> AdmissionControl:
+    """Shedding at an adaptive bound under the ceiling (``TURNPIKE_MAX_IN_FLIGHT``), or at
+    the ceiling itself when the adaptive limit is off; 0 turns both off."""
+    ceiling = settings.max_in_flight
+    adaptive = None
+    if ceiling and settings.adaptive.enabled:
+        a = settings.adaptive
+        params = AdaptiveParams.within(
+            ceiling, a.initial_in_flight, a.min_in_flight, a.tolerance, a.window_s
+        )
+        adaptive = AdaptiveLimit(params, time.perf_counter)
+    return AdmissionControl(build_limiter(settings), InFlight(ceiling), adaptive)
 
 
 @dataclass
@@ -95,7 +111,7 @@ class Gateway:
                 ),
             ),
         )
-        admission = AdmissionControl(build_limiter(settings), InFlight(settings.max_in_flight))
+        admission = build_admission(settings)
         engine = ResponseEngine(
             resources,
             outbox,
@@ -143,13 +159,12 @@ class Gateway:
         (Redis) that is down takes every replica down with it, and a gateway that is up
         answers its clients why."""
         services = await self.backends.health()
-        in_flight = self.admission.in_flight
         ready = all(services.values()) and self.admission.can_admit() and not self.draining
         return ready, {
             "draining": self.draining,
             "services": services,
             "store": await self.store.ping(),
-            "admission": {"in_flight": in_flight.total, "bound": in_flight.bound},
+            "admission": self.admission.describe(),
         }
 
     def pipeline_for(self, headers: Mapping[str, str], websocket: bool) -> Pipeline:

@@ -77,3 +77,50 @@ async def test_release_frees_the_slot_once() -> None:
 def test_the_estimate_is_the_body_over_four_plus_the_output_asked_for() -> None:
     assert estimate_tokens(request(max_output_tokens=100), 400) == 200
     assert estimate_tokens(request(), 0) == 1024
+
+
+async def test_the_adaptive_limit_sets_the_bound_from_first_tokens() -> None:
+    from turnpike.gateway.tenancy.adaptive_limit import MIN_SAMPLES, AdaptiveLimit, AdaptiveParams
+
+    now = [0.0]
+    adaptive = AdaptiveLimit(AdaptiveParams(4, 2, 16, window_s=0.5), lambda: now[0])
+    admission = AdmissionControl(LocalLimiter(), InFlight(16), adaptive)
+    assert admission.in_flight.bound == 4 and admission.ceiling == 16  # the initial limit
+    assert admission.describe() == {
+        "in_flight": 0,
+        "bound": 4,
+        "ceiling": 16,
+        "adaptive": True,
+        "time_to_first_token_ms": None,
+        "baseline_ms": None,
+    }
+
+    async def window(waited_s: float) -> None:
+        passes = [await admission.admit("t", TenantLimits(), request(), 10) for _ in range(4)]
+        assert len(passes) == 4 and admission.refusal("t") is not None  # full
+        for i, admitted in enumerate(passes):
+            if i == MIN_SAMPLES:
+                now[0] += 0.5
+            admitted.first_token(admitted.admitted_at + waited_s)  # timed from admission
+            admitted.first_token(admitted.admitted_at + 9.0)  # one sample a response
+        for admitted in passes:
+            await admission.release(admitted, 0)
+
+    await window(0.05)  # unloaded, used: grows by its square root
+    assert admission.in_flight.bound == 6
+    block = admission.describe()
+    assert block["time_to_first_token_ms"] == 50.0 and block["baseline_ms"] == 50.0
+    now[0] += 0.5
+    passes = [await admission.admit("t", TenantLimits(), request(), 10) for _ in range(6)]
+    for admitted in passes:
+        admitted.first_token(admitted.admitted_at + 1.0)  # 20x the baseline: cut by half
+    assert admission.in_flight.bound == 3 and not admission.can_admit()
+
+
+def test_with_shedding_off_the_adaptive_limit_is_not_used() -> None:
+    from turnpike.gateway.tenancy.adaptive_limit import AdaptiveLimit, AdaptiveParams
+
+    adaptive = AdaptiveLimit(AdaptiveParams(4, 2, 16), lambda: 0.0)
+    admission = AdmissionControl(LocalLimiter(), InFlight(0), adaptive)
+    assert admission.adaptive is None and admission.in_flight.bound == 0
+    assert admission.can_admit() and admission.refusal("t") is None

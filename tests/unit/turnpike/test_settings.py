@@ -147,7 +147,7 @@ def test_variables_are_matched_by_their_exact_names_only(monkeypatch):
     monkeypatch.setenv("max_in_flight", "5")
     monkeypatch.setenv("pdf", '{"workers": 9}')
     settings = GatewaySettings()
-    assert settings.max_in_flight == 64 and settings.pdf.workers == 2
+    assert settings.max_in_flight == 256 and settings.pdf.workers == 2
 
 
 def test_values_given_in_code_win_and_are_checked_as_variables_are(monkeypatch):

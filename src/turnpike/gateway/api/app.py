@@ -16,6 +16,7 @@ from turnpike import runtime, telemetry
 from turnpike.config import GatewaySettings
 from turnpike.gateway.api import conversations as conversations_api
 from turnpike.gateway.api import dashboard as dashboard_api
+from turnpike.gateway.api import edge_shedding
 from turnpike.gateway.api import http_endpoints as http_api
 from turnpike.gateway.api import openapi as openapi_api
 from turnpike.gateway.api import websocket_endpoint as ws_api
@@ -109,7 +110,9 @@ class EdgeMiddleware:
     exposes it as ``request_id``) and ``x-turnpike-overhead-ms`` where the handler did
     not (the time until the headers left, all of it API time; a create response sets
     its own, without the model's time), and records it once its body has left
-    (``turnpike.gateway.observability.access_log``). Plain ASGI, so streamed bodies pass through untouched."""
+    (``turnpike.gateway.observability.access_log``). A create that overload shedding refuses
+    is answered here, before routing reads its body (``turnpike.gateway.api.edge_shedding``).
+    Plain ASGI, so streamed bodies pass through untouched."""
 
     def __init__(self, app, log_lines: bool = True) -> None:
         self.app = app
@@ -141,7 +144,13 @@ class EdgeMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            if (shed := edge_shedding.refusal(scope)) is not None:
+                access.route = edge_shedding.CREATE_PATH
+                scope[ERROR_SCOPE_KEY] = (shed.code, shed.param)
+                answer = JSONResponse(shed.body(), status_code=shed.status, headers=shed.headers)
+                await answer(scope, receive, send_with_id)
+            else:
+                await self.app(scope, receive, send_with_id)
         finally:
             self.record(scope, access)
 

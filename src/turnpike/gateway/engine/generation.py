@@ -229,7 +229,13 @@ def _relay(
         for e in events.summary(event.delta.text):
             queue.emit(e)
     elif kind == "delta":
-        turn_metrics.first_token(prepared.ctx)
+        ctx = prepared.ctx
+        if ctx.first_token_at is None:
+            turn_metrics.first_token(ctx)
+            if ctx.admission is not None and ctx.first_token_at is not None:
+                # The adaptive admission limit's signal (turnpike.gateway.tenancy.adaptive_limit),
+                # on its clock: perf_counter's, as first_token_at.
+                ctx.admission.first_token(ctx.first_token_at)
         generation.output_tokens += event.delta.tokens
         text = event.delta.text
         if queue.merge_delta(events.open_item_id, text):

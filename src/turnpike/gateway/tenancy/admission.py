@@ -2,7 +2,11 @@
 ends, what it used. Two parts decide:
 
 - overload shedding (``turnpike.gateway.tenancy.shedding``), per process: past the in-flight bound a fast
-  503 ``server_overloaded``, the tenant over its fair share refused first;
+  503 ``server_overloaded``, the tenant over its fair share refused first. The bound is
+  adaptive (``turnpike.gateway.tenancy.adaptive_limit``: each response's time to first token
+  comes back here through its pass) under the ceiling ``TURNPIKE_MAX_IN_FLIGHT``, or fixed
+  at it. ``refusal`` makes the same decision without counting, for the edge to refuse a
+  create before its body is read (``turnpike.gateway.api.edge_shedding``);
 - the tenant's limits (``turnpike.gateway.tenancy.limits``): requests and tokens per minute, a token
   budget per period, responses at once, shared by every gateway process through Redis
   when it is configured. Over a limit: 429 ``rate_limit_exceeded``, or
@@ -22,13 +26,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from turnpike.gateway import metrics
 from turnpike.gateway.protocol.errors import ApiError, echo, invalid
 from turnpike.gateway.protocol.request import CreateRequest
+from turnpike.gateway.tenancy.adaptive_limit import AdaptiveLimit
 from turnpike.gateway.tenancy.limits import Limiter, Ticket
 from turnpike.gateway.tenancy.shedding import InFlight, Shed
 from turnpike.gateway.tenancy.tenant_limits import TenantLimits
@@ -55,13 +60,32 @@ class Pass:
     released: bool = False
     # Set when a response's task took the pass over: it releases it, not ``hold``.
     handed_over: bool = False
+    # For the adaptive limit: when the slot was taken (its clock), the cohort then, and
+    # where the wait for the first token goes.
+    admitted_at: float = 0.0
+    cohort: int = 0
+    sample: Callable[[float, int], None] | None = None
+
+    def first_token(self, at: float) -> None:
+        """The response's first output token left at ``at`` (the limit's clock)."""
+        if self.sample is not None:
+            self.sample(at - self.admitted_at, self.cohort)
+            self.sample = None  # one sample a response (a rollout's later steps: none)
 
 
 class AdmissionControl:
-    def __init__(self, limiter: Limiter, in_flight: InFlight) -> None:
+    def __init__(
+        self, limiter: Limiter, in_flight: InFlight, adaptive: AdaptiveLimit | None = None
+    ) -> None:
         self.limiter = limiter
         self.in_flight = in_flight
+        # ``in_flight``'s bound is the ceiling; 0 turns shedding off, adaptive or not.
+        self.ceiling = in_flight.bound
+        self.adaptive = adaptive if in_flight.bound else None
+        if self.adaptive is not None:
+            in_flight.bound = self.adaptive.limit
         self._settling: set[asyncio.Task[None]] = set()
+        self._publish()
 
     @asynccontextmanager
     async def hold(
@@ -78,8 +102,49 @@ class AdmissionControl:
                 await self.release(admitted, 0)
 
     def can_admit(self) -> bool:
-        """Whether the process has room for one more response (readiness)."""
+        """Whether the process has room for one more response (readiness, a new socket)."""
         return not self.in_flight.bound or self.in_flight.total < self.in_flight.bound
+
+    def refusal(self, tenant: str) -> ApiError | None:
+        """The 503 a create of ``tenant`` gets now (counted as shed), or None: the same
+        decision as ``admit``'s, without taking a slot."""
+        if (shed := self.in_flight.check(tenant)) is None:
+            return None
+        return self._shed(shed)
+
+    def _shed(self, shed: Shed) -> ApiError:
+        if self.adaptive is not None:
+            self.adaptive.in_use(self.in_flight.total)  # refused: the limit is used
+        metrics.SHED.labels(shed.reason).inc()
+        return overloaded(shed)
+
+    def _sample(self, waited_s: float, cohort: int) -> None:
+        assert self.adaptive is not None
+        self.adaptive.sample(waited_s, cohort, self.in_flight.total)
+        self.in_flight.bound = self.adaptive.limit
+        self._publish()
+
+    def _publish(self) -> None:
+        metrics.ADMISSION_LIMIT.set(self.in_flight.bound)
+        if self.adaptive is not None:
+            if (signal := self.adaptive.signal_s) is not None:
+                metrics.ADMISSION_LATENCY.set(signal)
+            if (baseline := self.adaptive.baseline_s) is not None:
+                metrics.ADMISSION_BASELINE.set(baseline)
+
+    def describe(self) -> dict[str, object]:
+        """The admission block of /readyz."""
+        block: dict[str, object] = {
+            "in_flight": self.in_flight.total,
+            "bound": self.in_flight.bound,
+            "ceiling": self.ceiling,
+            "adaptive": self.adaptive is not None,
+        }
+        if self.adaptive is not None:
+            signal, baseline = self.adaptive.signal_s, self.adaptive.baseline_s
+            block["time_to_first_token_ms"] = None if signal is None else round(signal * 1000, 1)
+            block["baseline_ms"] = None if baseline is None else round(baseline * 1000, 1)
+        return block
 
     async def admit(
         self, tenant: str, limits: TenantLimits, request: CreateRequest, body_bytes: int
@@ -93,9 +158,13 @@ class AdmissionControl:
                 "model_not_found",
             )
         if (shed := self.in_flight.try_admit(tenant)) is not None:
-            metrics.SHED.labels(shed.reason).inc()
-            raise overloaded(shed)
+            raise self._shed(shed)
         metrics.ADMISSION_SLOTS.inc()
+        admitted = Pass(tenant, None)
+        if self.adaptive is not None:
+            self.adaptive.in_use(self.in_flight.total)
+            admitted.admitted_at = self.adaptive.now()
+            admitted.cohort, admitted.sample = self.adaptive.cohort, self._sample
         try:
             decision = await self.limiter.admit(
                 tenant, limits, estimate_tokens(request, body_bytes)
@@ -106,7 +175,8 @@ class AdmissionControl:
         if not decision.allowed:
             self._free_slot(tenant)
             raise rate_limited(decision.reason, decision.retry_after_s, decision.headers)
-        return Pass(tenant, decision.ticket, dict(decision.headers))
+        admitted.ticket, admitted.headers = decision.ticket, dict(decision.headers)
+        return admitted
 
     def _free_slot(self, tenant: str) -> None:
         self.in_flight.release(tenant)

@@ -2,8 +2,9 @@
 past its capacity the gateway answers a fast 503 instead of queueing until every stream
 crawls.
 
-Free of I/O: ``InFlight`` counts responses by tenant and decides. Below the soft limit
-everyone is admitted. Between the soft limit and the bound, only a tenant under its fair
+Free of I/O: ``InFlight`` counts responses by tenant and decides. Its bound is fixed
+(``TURNPIKE_MAX_IN_FLIGHT``) or set as it moves by the adaptive limit
+(``turnpike.gateway.tenancy.adaptive_limit``). Below the soft limit everyone is admitted. Between the soft limit and the bound, only a tenant under its fair
 share (the bound split evenly among the tenants with responses in flight, the newcomer
 counted) is admitted, so the tenant that holds the most is refused first. At the bound,
 everyone is refused. A response already admitted is never cut off: shedding happens only
@@ -35,17 +36,27 @@ class InFlight:
         if bound < 0:
             raise ValueError("bound must be >= 0")
         self.bound = bound
-        self.soft = int(bound * soft_fraction)
+        self.soft_fraction = soft_fraction
         self._by_tenant: Counter[str] = Counter()
         self.total = 0
 
-    def try_admit(self, tenant: str) -> Shed | None:
-        """Count a new response of ``tenant``, or say why it is refused (counting nothing)."""
+    @property
+    def soft(self) -> int:
+        return int(self.bound * self.soft_fraction)
+
+    def check(self, tenant: str) -> Shed | None:
+        """Why a new response of ``tenant`` would be refused now, or None."""
         if self.bound:
             if self.total >= self.bound:
                 return Shed("full", self.total, self.bound)
             if self.total >= self.soft and self._by_tenant[tenant] >= self.fair_share(tenant):
                 return Shed("over_fair_share", self.total, self.bound)
+        return None
+
+    def try_admit(self, tenant: str) -> Shed | None:
+        """Count a new response of ``tenant``, or say why it is refused (counting nothing)."""
+        if (shed := self.check(tenant)) is not None:
+            return shed
         self._by_tenant[tenant] += 1
         self.total += 1
         return None
