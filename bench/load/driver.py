@@ -5,11 +5,13 @@ transport at one N, metered for the CPU every process spent on it."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import httpx
 
@@ -18,6 +20,7 @@ from bench.load.transports import (
     HTTP,
     WEBSOCKET,
     Channel,
+    Reply,
     SseChannel,
     TurnFailed,
     WsChannel,
@@ -29,8 +32,13 @@ from bench.services.common import log
 
 PROGRESS_EVERY_S = 5.0
 SETTLE_LIMIT_S = 10.0
+# A refusal that asks to be tried again (503 server_overloaded, 426 for a socket) is, as
+# the official SDK does: up to RETRIES times, after the gateway's retry-after.
+RETRIES = 2
+RETRY_AFTER_S = 1.0
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -47,7 +55,7 @@ async def play(channel: Channel, rollout: Rollout, plan: CellPlan, tally: Tally)
     if not channel.is_open:
         start = time.perf_counter()
         try:
-            await channel.open()
+            await retried(channel.open, tally)
         except TurnFailed as err:
             tally.failed(err, turn=False)
             tally.loops_cut += 1
@@ -67,7 +75,9 @@ async def play(channel: Channel, rollout: Rollout, plan: CellPlan, tally: Tally)
         tally.sent += 1
         try:
             async with asyncio.timeout(plan.turn_timeout_s):
-                reply = await channel.turn(body)
+                started = time.perf_counter()
+                reply = await retried(functools.partial(channel.turn, body), tally)
+                reply = waited(reply, started)
         except Exception as exc:  # TurnFailed, the timeout, or anything unforeseen
             error = _as_failure(exc, plan.turn_timeout_s)
             tally.failed(error, turn=True)
@@ -86,6 +96,29 @@ async def play(channel: Channel, rollout: Rollout, plan: CellPlan, tally: Tally)
             return
         previous = reply.response["id"]
         items = rollout.follow_up_input(number + 1, *call)
+
+
+async def retried(attempt: Callable[[], Awaitable[T]], tally: Tally) -> T:
+    """``attempt()``, again after ``RETRY_AFTER_S`` while it is refused as retryable (at
+    most ``RETRIES`` times): each refusal counted apart from the errors."""
+    for tries_left in range(RETRIES, -1, -1):
+        try:
+            return await attempt()
+        except TurnFailed as err:
+            if not err.retryable or not tries_left:
+                raise
+            tally.retried[err.kind] += 1
+            await asyncio.sleep(RETRY_AFTER_S)
+    raise AssertionError("unreachable")
+
+
+def waited(reply: Reply, started: float) -> Reply:
+    """The reply, its latency counted from the first attempt (a retry's wait included)."""
+    since_first = (time.perf_counter() - started) * 1000
+    if since_first - reply.turn_ms > 1.0:  # it was retried
+        extra = since_first - reply.turn_ms
+        return Reply(reply.turn_ms + extra, reply.ttft_ms + extra, reply.response)
+    return reply
 
 
 def _as_failure(exc: BaseException, timeout_s: float) -> TurnFailed:

@@ -51,6 +51,7 @@ def latency_rows(cells: list[dict[str, Any]], labels: tuple[str, ...] = ()) -> l
                 _f(c["ttft_ms"]["p50"]),
                 str(c["error_count"]),
                 str(c["dropped"]),
+                str(c.get("retried_count", 0)),
             ]
         )
     return rows
@@ -69,6 +70,7 @@ LATENCY_COLUMNS = [
     "TTFT p50 ms",
     "errors",
     "dropped",
+    "shed, retried",
 ]
 
 
@@ -318,6 +320,16 @@ def markdown(data: dict[str, Any]) -> str:
         )
     else:
         lines += ["", "No errors and no dropped connections in any cell."]
+    if any(c.get("retried_count") for c in cells):
+        lines += [
+            "",
+            "Shed, retried: refusals that asked to be tried again (503 `server_overloaded`, "
+            "a socket refused with 426), which the loops did after the retry-after (1 s), at "
+            "most twice, as the official SDK does; not errors, and the wait is in the turn's "
+            "latency. The gateway sheds only turns that start a conversation (a rollout's "
+            "first) past its adaptive bound; a turn that continues one is refused only at "
+            "the ceiling (`TURNPIKE_MAX_IN_FLIGHT`).",
+        ]
     lines += ["", "## Plot", "", *(f"![{name}]({name})" for name in data["plots"])]
     return "\n".join(lines) + "\n"
 

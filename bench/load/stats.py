@@ -61,6 +61,8 @@ class Tally:
     ttft_ms: list[float] = field(default_factory=list)
     connect_ms: list[float] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
+    # Refusals that asked to be tried again and were (503 server_overloaded, 426), by kind.
+    retried: Counter[str] = field(default_factory=Counter)
     messages: dict[str, str] = field(default_factory=dict)  # kind -> the first one's message
     pipelines: Counter[str] = field(default_factory=Counter)
 
@@ -118,6 +120,8 @@ def cell_record(
         "turn_errors": tally.turn_errors,
         "errors": dict(tally.errors.most_common()),
         "error_count": sum(tally.errors.values()),
+        "retried": dict(tally.retried.most_common()),
+        "retried_count": sum(tally.retried.values()),
         "error_messages": tally.messages,
         "dropped": tally.dropped,
         "loops_done": tally.loops_done,
@@ -209,6 +213,7 @@ def summarize(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         for name in ("turns_sent", "turns_ok", "turn_errors", "error_count", "dropped"):
             record[name] = sum(r[name] for r in repeats)
+        record["retried_count"] = sum(r.get("retried_count", 0) for r in repeats)
         errors: Counter[str] = Counter()
         for r in repeats:
             errors.update(r["errors"])
@@ -287,7 +292,8 @@ def _targets(cells: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
                 "name": f"100 loops over {cell['transport']}: errors, drops, degradation",
                 "measured": cell["overhead_p50_vs_1"],
                 "detail": f"{cell['error_count']} errors ({cell['dropped']} dropped "
-                f"connections) in {cell['turns_sent']} turns; overhead p50/p90/p99 "
+                f"connections) in {cell['turns_sent']} turns, {cell.get('retried_count', 0)} "
+                "shed and retried; overhead p50/p90/p99 "
                 f"{o['p50']}/{o['p90']}/{o['p99']} ms, p50 {cell['overhead_p50_vs_1']}x "
                 f"one loop's; {cell['turns_per_s']} turns/s",
             }

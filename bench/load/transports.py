@@ -10,7 +10,9 @@ client's own CPU must stay small beside the stack's).
 
 A channel's ``turn`` returns the terminal event's response object, or raises
 ``TurnFailed`` with a short, countable kind ("socket dropped (close 1006)", "HTTP 429:
-rate_limited", "response.failed: worker_error", ...).
+rate_limited", "response.failed: worker_error", ...). A refusal that asks to be tried
+again later (503 ``server_overloaded``, a socket refused with 426) is ``retryable``, as
+the official SDK and Codex treat it.
 """
 
 from __future__ import annotations
@@ -33,17 +35,21 @@ WEBSOCKET = "websocket"
 HTTP = "http"
 TRANSPORTS = (WEBSOCKET, HTTP)
 COMPLETED = "response.completed"
+OVERLOADED = "server_overloaded"
 
 
 class TurnFailed(Exception):
     """A turn (or a connection) that did not end in ``response.completed``. ``dropped``:
     the connection itself went away."""
 
-    def __init__(self, kind: str, dropped: bool = False, message: str = "") -> None:
+    def __init__(
+        self, kind: str, dropped: bool = False, message: str = "", retryable: bool = False
+    ) -> None:
         super().__init__(kind)
         self.kind = kind
         self.dropped = dropped
         self.message = message[:300]  # the server's words, for the first of each kind
+        self.retryable = retryable  # shed: the SDK waits its retry-after and asks again
 
 
 @dataclass(slots=True)
@@ -58,9 +64,8 @@ def failure_of(event: dict[str, Any]) -> TurnFailed:
     kind = event.get("type")
     if kind == "error":
         error = event.get("error") or {}
-        return TurnFailed(
-            f"error {event.get('status', '?')}: {error.get('code') or error.get('type')}"
-        )
+        code = error.get("code") or error.get("type")
+        return TurnFailed(f"error {event.get('status', '?')}: {code}", retryable=code == OVERLOADED)
     response = event.get("response") or {}
     if kind == "response.incomplete":
         reason = (response.get("incomplete_details") or {}).get("reason")
@@ -80,7 +85,11 @@ def http_failure(status: int, body: bytes) -> TurnFailed:
     except (ValueError, AttributeError):
         error = {}
     code = error.get("code") if isinstance(error, dict) else None
-    return TurnFailed(f"HTTP {status}" + (f": {code}" if code else ""), message=_message(error))
+    return TurnFailed(
+        f"HTTP {status}" + (f": {code}" if code else ""),
+        message=_message(error),
+        retryable=code == OVERLOADED,
+    )
 
 
 _TYPE_FIRST = '{"type":"'
@@ -136,7 +145,9 @@ class WsChannel:
                 compression=None,
             )
         except InvalidStatus as exc:
-            raise TurnFailed(f"connect refused: HTTP {exc.response.status_code}") from None
+            status = exc.response.status_code
+            # 426: no room for a socket now (Codex would go on over HTTP; here, try again).
+            raise TurnFailed(f"connect refused: HTTP {status}", retryable=status == 426) from None
         except (OSError, TimeoutError, WebSocketException) as exc:
             raise TurnFailed(f"connect failed: {type(exc).__name__}") from None
 

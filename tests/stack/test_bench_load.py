@@ -440,3 +440,33 @@ def test_a_revision_is_exported_with_its_stubs() -> None:
     assert (src / "turnpike" / "gateway" / "__main__.py").exists()
     assert (src / "turnpike" / "safety" / "v1" / "safety_pb2.py").exists()  # generated there
     assert source_of("HEAD") == src  # kept, not exported twice
+
+
+async def test_a_shed_turn_is_tried_again_as_the_sdk_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.load import driver
+    from bench.load.stats import Tally
+    from bench.load.transports import TurnFailed, failure_of, http_failure
+
+    shed = http_failure(503, b'{"error":{"code":"server_overloaded"}}')
+    assert shed.retryable and not http_failure(503, b'{"error":{"code":"x"}}').retryable
+    assert failure_of(
+        {"type": "error", "status": 503, "error": {"code": "server_overloaded"}}
+    ).retryable
+    monkeypatch.setattr(driver, "RETRY_AFTER_S", 0.0)
+    tally, answers = Tally(), [shed, shed, "answer"]
+
+    async def attempt() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, TurnFailed):
+            raise answer
+        return answer
+
+    assert await driver.retried(attempt, tally) == "answer"
+    assert tally.retried == {"HTTP 503: server_overloaded": 2} and not tally.errors
+    answers[:] = [shed, shed, shed]  # the SDK's two retries spent: the refusal stands
+    with pytest.raises(TurnFailed):
+        await driver.retried(attempt, tally)
+    answers[:] = [TurnFailed("HTTP 400: invalid_request_error"), "never"]
+    with pytest.raises(TurnFailed):  # not a refusal to retry
+        await driver.retried(attempt, tally)
+    assert answers == ["never"]

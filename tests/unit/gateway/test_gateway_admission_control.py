@@ -74,6 +74,26 @@ async def test_release_frees_the_slot_once() -> None:
     await admission.release(None, 0)
 
 
+async def test_a_turn_that_continues_a_conversation_is_bound_only_by_the_ceiling() -> None:
+    from turnpike.gateway.tenancy.adaptive_limit import AdaptiveLimit, AdaptiveParams
+
+    adaptive = AdaptiveLimit(AdaptiveParams(2, 2, 4), lambda: 0.0)
+    admission = AdmissionControl(LocalLimiter(), InFlight(4), adaptive)
+    new = [await admission.admit("t", TenantLimits(), request(), 10) for _ in range(2)]
+    with pytest.raises(ApiError):  # new conversations: at the adaptive bound
+        await admission.admit("t", TenantLimits(), request(), 10)
+    assert not admission.can_admit()
+    follow_up = request(previous_response_id="resp_1")
+    loops = [await admission.admit("t", TenantLimits(), follow_up, 10) for _ in range(2)]
+    assert admission.in_flight.total == 4 and admission.in_flight.starting == 2
+    with pytest.raises(ApiError):  # every response: at the ceiling
+        await admission.admit("t", TenantLimits(), follow_up, 10)
+    for admitted in (*new, *loops):
+        await admission.release(admitted, 0)
+    assert admission.in_flight.total == admission.in_flight.starting == 0
+    assert admission.can_admit()
+
+
 def test_the_estimate_is_the_body_over_four_plus_the_output_asked_for() -> None:
     assert estimate_tokens(request(max_output_tokens=100), 400) == 200
     assert estimate_tokens(request(), 0) == 1024
@@ -88,6 +108,7 @@ async def test_the_adaptive_limit_sets_the_bound_from_first_tokens() -> None:
     assert admission.in_flight.bound == 4 and admission.ceiling == 16  # the initial limit
     assert admission.describe() == {
         "in_flight": 0,
+        "starting": 0,
         "bound": 4,
         "ceiling": 16,
         "adaptive": True,

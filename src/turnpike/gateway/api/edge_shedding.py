@@ -10,6 +10,11 @@ share), from the tenant the Authorization header names (a lookup in the key dire
 with the same 503 ``server_overloaded`` body, ``retry-after`` and counts. A request whose
 key is unknown passes on, to be answered 401 where it always was; a create with room passes
 on to be admitted (or refused) as before, since the process may fill meanwhile.
+
+The body is not read, so whether the create continues a conversation is not known here:
+it is judged as one that starts one. While new conversations are refused, an HTTP
+follow-up is too (503 with ``retry-after``); a WebSocket's turns never pass here, and
+are admitted by the ceiling alone (turnpike.gateway.tenancy.shedding).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ def refusal(scope: dict[str, Any]) -> ApiError | None:
     if gateway is None:
         return None
     in_flight = gateway.admission.in_flight
-    if not in_flight.bound or in_flight.total < in_flight.soft:
+    if not in_flight.bound or (in_flight.starting < in_flight.soft and in_flight.has_room()):
         return None  # room for anyone: no need to know who asks
     try:
         tenant = gateway.keys.tenant_for(Headers(scope=scope))

@@ -57,6 +57,8 @@ class Pass:
     tenant: str
     ticket: Ticket | None
     headers: dict[str, str] = field(default_factory=dict)
+    # It continues a conversation (turnpike.gateway.tenancy.shedding): counted as such.
+    continuing: bool = False
     released: bool = False
     # Set when a response's task took the pass over: it releases it, not ``hold``.
     handed_over: bool = False
@@ -80,7 +82,7 @@ class AdmissionControl:
         self.limiter = limiter
         self.in_flight = in_flight
         # ``in_flight``'s bound is the ceiling; 0 turns shedding off, adaptive or not.
-        self.ceiling = in_flight.bound
+        self.ceiling = in_flight.ceiling
         self.adaptive = adaptive if in_flight.bound else None
         if self.adaptive is not None:
             in_flight.bound = self.adaptive.limit
@@ -102,25 +104,25 @@ class AdmissionControl:
                 await self.release(admitted, 0)
 
     def can_admit(self) -> bool:
-        """Whether the process has room for one more response (readiness, a new socket)."""
-        return not self.in_flight.bound or self.in_flight.total < self.in_flight.bound
+        """Whether the process has room for a new conversation (readiness, a new socket)."""
+        return self.in_flight.has_room()
 
     def refusal(self, tenant: str) -> ApiError | None:
-        """The 503 a create of ``tenant`` gets now (counted as shed), or None: the same
-        decision as ``admit``'s, without taking a slot."""
+        """The 503 a create of ``tenant`` that starts a conversation gets now (counted as
+        shed), or None: the same decision as ``admit``'s, without taking a slot."""
         if (shed := self.in_flight.check(tenant)) is None:
             return None
         return self._shed(shed)
 
     def _shed(self, shed: Shed) -> ApiError:
         if self.adaptive is not None:
-            self.adaptive.in_use(self.in_flight.total)  # refused: the limit is used
+            self.adaptive.in_use(self.in_flight.starting)  # refused: the limit is used
         metrics.SHED.labels(shed.reason).inc()
         return overloaded(shed)
 
     def _sample(self, waited_s: float, cohort: int) -> None:
         assert self.adaptive is not None
-        self.adaptive.sample(waited_s, cohort, self.in_flight.total)
+        self.adaptive.sample(waited_s, cohort, self.in_flight.starting)
         self.in_flight.bound = self.adaptive.limit
         self._publish()
 
@@ -136,6 +138,7 @@ class AdmissionControl:
         """The admission block of /readyz."""
         block: dict[str, object] = {
             "in_flight": self.in_flight.total,
+            "starting": self.in_flight.starting,
             "bound": self.in_flight.bound,
             "ceiling": self.ceiling,
             "adaptive": self.adaptive is not None,
@@ -157,12 +160,15 @@ class AdmissionControl:
                 "model",
                 "model_not_found",
             )
-        if (shed := self.in_flight.try_admit(tenant)) is not None:
+        # A turn that continues a conversation is work already admitted: bound only by
+        # the ceiling (turnpike.gateway.tenancy.shedding).
+        continuing = bool(request.previous_response_id or request.conversation)
+        if (shed := self.in_flight.try_admit(tenant, continuing)) is not None:
             raise self._shed(shed)
         metrics.ADMISSION_SLOTS.inc()
-        admitted = Pass(tenant, None)
+        admitted = Pass(tenant, None, continuing=continuing)
         if self.adaptive is not None:
-            self.adaptive.in_use(self.in_flight.total)
+            self.adaptive.in_use(self.in_flight.starting)
             admitted.admitted_at = self.adaptive.now()
             admitted.cohort, admitted.sample = self.adaptive.cohort, self._sample
         try:
@@ -170,16 +176,16 @@ class AdmissionControl:
                 tenant, limits, estimate_tokens(request, body_bytes)
             )
         except BaseException:
-            self._free_slot(tenant)
+            self._free_slot(admitted)
             raise
         if not decision.allowed:
-            self._free_slot(tenant)
+            self._free_slot(admitted)
             raise rate_limited(decision.reason, decision.retry_after_s, decision.headers)
         admitted.ticket, admitted.headers = decision.ticket, dict(decision.headers)
         return admitted
 
-    def _free_slot(self, tenant: str) -> None:
-        self.in_flight.release(tenant)
+    def _free_slot(self, admitted: Pass) -> None:
+        self.in_flight.release(admitted.tenant, admitted.continuing)
         metrics.ADMISSION_SLOTS.dec()
 
     async def release(self, admitted: Pass | None, used_tokens: int) -> None:
@@ -188,7 +194,7 @@ class AdmissionControl:
         if admitted is None or admitted.released:
             return
         admitted.released = True
-        self._free_slot(admitted.tenant)
+        self._free_slot(admitted)
         if admitted.ticket is not None:
             # In a task of its own: a caller cancelled mid-settle (a client gone, a
             # shutdown) must not leave the tenant's concurrency slot taken in the limiter.
