@@ -430,6 +430,14 @@ class GatewaySettings(EnvSettings):
         "Seconds a chain of HTTP turns keeps its session streams without a turn.",
         gt=0,
     )
+    trace_stages: Flag = setting(
+        "TURNPIKE_TRACE_STAGES",
+        False,
+        "With tracing on, a span for each pipeline stage of a response (its calls to the "
+        "services under it), for finding where a slow turn spent its time. Off: each "
+        "stage's time is an attribute of the response's span (turnpike.stage.<name>_ms), "
+        "for a fraction of the CPU (docs/observability.md).",
+    )
     access_log: Flag = setting(
         "TURNPIKE_ACCESS_LOG",
         True,

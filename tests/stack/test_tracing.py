@@ -37,7 +37,6 @@ from support.otlp_receiver import (
 from support.sdk import response_usage
 from support.tools import QUESTION, WEATHER_TOOL, ask_over_websocket
 
-from turnpike import telemetry
 from turnpike.billing.v1 import billing_pb2
 from turnpike.devstack import LocalStack, StackConfig, StackError
 from turnpike.gateway.observability import tracing
@@ -61,13 +60,26 @@ class Traced:
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
+    """A stack that traces every stage of a response (TURNPIKE_TRACE_STAGES)."""
+    yield from traced_stack(tmp_path_factory, {"TURNPIKE_TRACE_STAGES": "true"})
+
+
+@pytest.fixture(scope="module")
+def traced_lean(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
+    """A stack that traces as it does by default: no span per stage."""
+    yield from traced_stack(tmp_path_factory, {})
+
+
+def traced_stack(
+    tmp_path_factory: pytest.TempPathFactory, settings: dict[str, str]
+) -> Iterator[Traced]:
     receiver = Receiver(wait_s=15.0)
     port = receiver.start("127.0.0.1")
     config = StackConfig.private(
         tmp_path_factory.mktemp("traced-stack"),
         workers=1,
         # Every span exported within a fifth of a second, so the test waits little.
-        extra_env=exporter_env(port),
+        extra_env={**exporter_env(port), **settings},
     )
     stack = LocalStack(config)
     try:
@@ -293,6 +305,29 @@ def test_one_websocket_response_is_one_trace(traced: Traced) -> None:
     check_hops(members)
     check_stages(span, members, {"stage.safety", "stage.render", "stage.generate"})
     check_no_strays(check_no_orphans(traced.receiver))
+
+
+def test_by_default_a_response_traces_its_hops_and_times_its_stages(
+    traced_lean: Traced,
+) -> None:
+    event = ask_over_websocket(traced_lean.ws_url, traced_lean.api_key, timeout=30)
+    assert event["type"] == "response.completed", event
+    span, members = wait_for_trace(
+        traced_lean,
+        event["response"]["id"],
+        {"gateway", "safety", "tokenizer", "router", "worker"},
+    )
+    assert span.name == RESPONSE and span.parent_id == "" and span.kind == SERVER
+    check_hops(members)
+    # No span per stage: each call to a service is the response's child, and each
+    # stage's time is an attribute of the response's span.
+    assert not [s for s in members if s.name.startswith("stage.")], tree(members)
+    calls = {s.name: s for s in members if s.service == "gateway" and s.kind == CLIENT}
+    for rpc in ("classify_session", "render_session", "generate"):
+        assert calls[RPC[rpc]].parent_id == span.span_id, tree(members)
+    for stage in ("safety", "render", "generate"):
+        assert span.attributes[f"turnpike.stage.{stage}_ms"] >= 0, span.attributes
+    check_no_strays(check_no_orphans(traced_lean.receiver))
 
 
 def tree(members: list[Span]) -> str:

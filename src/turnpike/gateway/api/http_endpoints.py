@@ -87,7 +87,13 @@ async def create_response(request: Request) -> Response:
     raw = await read_body(request, gw.settings.max_body_bytes)
     create = parse_create(parse_bounded(gw, raw), default_model=gw.settings.default_model)
     transport = "sse" if create.stream else "http"
-    ctx = RequestContext(tenant, pipeline.name, transport=transport, started=arrived)
+    ctx = RequestContext(
+        tenant,
+        pipeline.name,
+        transport=transport,
+        started=arrived,
+        stage_spans=gw.settings.trace_stages,
+    )
     limits = gw.keys.limits(tenant)
     async with gw.admission.hold(tenant, limits, create, len(raw)) as ctx.admission:
         with response_span(ctx, create.model):

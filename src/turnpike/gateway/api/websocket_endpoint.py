@@ -157,6 +157,7 @@ class Connection:
                 lane=lane,
                 steering=steering,
                 injection=inbox,
+                stage_spans=self.gw.settings.trace_stages,
             )
             try:
                 # The frame's size is not kept: only the output is reserved up front,

@@ -118,7 +118,7 @@ class AfterTurn:
             log.exception("finalizing response %s failed", response["id"])
         stamp_overhead(prepared, generation, terminal)
         await self.release(ctx, use.get("input_tokens", 0) + use.get("output_tokens", 0))
-        end_response_span(ctx.span, response)
+        end_response_span(ctx.span, response, ctx.stage_ms)
         queue.final = response
         for event in terminal:
             queue.emit(event)

@@ -136,8 +136,11 @@ def _record_failure(span: trace.Span, exc: BaseException) -> None:
         span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
 
 
-def end_response_span(span: trace.Span, response: dict[str, Any]) -> None:
-    """End a response's span with its outcome (called once the response is final)."""
+def end_response_span(
+    span: trace.Span, response: dict[str, Any], stage_ms: Mapping[str, float] | None = None
+) -> None:
+    """End a response's span with its outcome and its stages' times (called once the
+    response is final)."""
     if span.is_recording():
         span.set_attribute("turnpike.response.status", response["status"])
         span.set_attribute("gen_ai.response.id", response["id"])
@@ -148,11 +151,14 @@ def end_response_span(span: trace.Span, response: dict[str, Any]) -> None:
             cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
             if cached is not None:
                 span.set_attribute("gen_ai.usage.cache_read.input_tokens", cached)
-        # What the turn cost at the gateway (engine: the terminal event's timings).
+        # What the turn cost at the gateway (engine: the terminal event's timings), and
+        # each stage's part (their spans are only made with TURNPIKE_TRACE_STAGES).
         timings = response.get("turnpike") or {}
         for key in ("overhead_ms", "ttft_ms"):
             if (value := timings.get(key)) is not None:
                 span.set_attribute(f"turnpike.{key}", value)
+        for stage, ms in (stage_ms or {}).items():
+            span.set_attribute(f"turnpike.stage.{stage}_ms", round(ms, 3))
         if response["status"] == "failed":
             error = response.get("error") or {}
             span.set_attribute("error.type", error.get("code") or "failed")

@@ -36,6 +36,8 @@ class RequestContext:
     # A multi_agent response's, on a connection with the beta (turnpike.gateway.protocol.injection).
     injection: InjectInbox | None = None
     stage_ms: dict[str, float] = field(default_factory=dict)
+    # A span per stage (TURNPIKE_TRACE_STAGES); without, its time is on the response's span.
+    stage_spans: bool = True
     # The response's own span (turnpike.gateway.observability.tracing.response_span); the engine ends it.
     span: trace.Span = trace.INVALID_SPAN
     # When the request arrived and when its first output token left (perf_counter): the
@@ -50,8 +52,8 @@ class RequestContext:
     def stage(self, name: str) -> Iterator[trace.Span]:
         """Time a stage and give it a span, so one trace shows where time went."""
         start = time.perf_counter()
-        if is_noop(tracer):
-            yield trace.INVALID_SPAN
+        if not self.stage_spans or is_noop(tracer):
+            yield trace.get_current_span()
         else:
             with tracer.start_as_current_span(f"stage.{name}") as span:
                 span.set_attribute("turnpike.pipeline", self.pipeline)
