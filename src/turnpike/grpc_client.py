@@ -10,6 +10,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from turnpike import telemetry
 from turnpike.config import grpc_max_message_bytes
+from turnpike.grpc_tracing import TracedChannel
 
 _OPTIONS = [
     # Fail fast and reconnect quickly when a peer restarts.
@@ -39,9 +40,9 @@ def insecure_channel(
         options["grpc.max_reconnect_backoff_ms"] = ceiling_ms
         initial_ms = options["grpc.initial_reconnect_backoff_ms"]
         options["grpc.initial_reconnect_backoff_ms"] = min(initial_ms, ceiling_ms)
-    return grpc.aio.insecure_channel(
-        address, options=list(options.items()), interceptors=telemetry.grpc_client_interceptors()
-    )
+    channel = grpc.aio.insecure_channel(address, options=list(options.items()))
+    # Traced by a wrapper, not interceptors (turnpike.grpc_tracing says why).
+    return TracedChannel(channel) if telemetry.enabled() else channel  # type: ignore[return-value]
 
 
 async def check_health(channel: grpc.aio.Channel, service: str = "", timeout: float = 1.0) -> bool:

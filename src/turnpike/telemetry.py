@@ -4,21 +4,17 @@ Tracing is on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the traces-specific
 variant) is set; otherwise every helper here is a cheap no-op, so the request
 path pays nothing for telemetry nobody collects.
 
-Call ``setup_tracing`` before creating any gRPC server or client channel: the
-interceptors that create spans and carry the trace context across each hop are
-chosen when the server or channel is built.
+Call ``setup_tracing`` before creating any gRPC server or client channel: the server's
+interceptors and the channels' tracing (``turnpike.grpc_tracing``), which create spans
+and carry the trace context across each hop, are chosen when they are built.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 import os
-import time
 from typing import Any
 
-import grpc
 from opentelemetry import trace
 
 log = logging.getLogger(__name__)
@@ -95,90 +91,26 @@ def shutdown_tracing() -> None:
 def _untraced_filter():
     from opentelemetry.instrumentation.grpc import filters
 
-    # Health probes run every few hundred ms per peer: traces of them are noise.
-    return filters.negate(filters.health_check())
+    # Health probes run every few hundred ms per peer: traces of them are noise. A session
+    # stream lives as long as a client connection: its exchanges get spans of their own
+    # (turnpike.session_server), not one span for the stream's whole life.
+    return filters.negate(
+        filters.any_of(
+            filters.health_check(),
+            filters.method_name("ClassifySession"),
+            filters.method_name("RenderSession"),
+        )
+    )
 
 
 def grpc_server_interceptors() -> list[Any]:
-    """A server span per RPC, child of the caller's span (``traceparent`` metadata)."""
+    """A server span per RPC, child of the caller's span (``traceparent`` metadata).
+    (Clients are traced by ``turnpike.grpc_tracing``, without interceptors.)"""
     if not _enabled:
         return []
     from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
     return [aio_server_interceptor(filter_=_untraced_filter())]
-
-
-def grpc_client_interceptors() -> list[Any]:
-    """A client span per RPC that injects the trace context into the call's metadata."""
-    if not _enabled:
-        return []
-    from opentelemetry.instrumentation.grpc import aio_client_interceptors
-
-    stream_interceptor = _stream_span_interceptor_class()
-    return [
-        # Same tracer and filter, only the span's end differs.
-        stream_interceptor(i._tracer, filter_=i._filter)
-        if isinstance(i, grpc.aio.UnaryStreamClientInterceptor)
-        else i
-        for i in aio_client_interceptors(filter_=_untraced_filter())
-    ]
-
-
-# Span-ending tasks, referenced until they ran (the loop keeps only weak references).
-_pending: set[asyncio.Task[None]] = set()
-
-
-@functools.cache
-def _stream_span_interceptor_class() -> type:
-    """The stock server-streaming client interceptor ends its span only when the caller
-    drains the stream to its very end; a caller that stops at its last expected message
-    (the gateway stops at ``finished``) would leave it open until garbage collection.
-    This one ends the span when the RPC ends (status received, cancelled or failed),
-    however far the caller read."""
-    from opentelemetry.instrumentation.grpc._aio_client import UnaryStreamAioClientInterceptor
-    from opentelemetry.semconv._incubating.attributes.rpc_attributes import (
-        RPC_GRPC_STATUS_CODE,
-    )
-    from opentelemetry.trace import Status, StatusCode
-
-    async def end_with_status(span: trace.Span, call: grpc.aio.Call, end_time: int) -> None:
-        try:
-            code = await call.code()  # already known: the call is done
-            span.set_attribute(RPC_GRPC_STATUS_CODE, code.value[0])
-            if code != grpc.StatusCode.OK:
-                span.set_status(Status(StatusCode.ERROR, await call.details()))
-        finally:
-            span.end(end_time=end_time)
-
-    class StreamSpanInterceptor(UnaryStreamAioClientInterceptor):
-        async def intercept_unary_stream(self, continuation, client_call_details, request):
-            if self.tracing_skipped(client_call_details):
-                return await continuation(client_call_details, request)
-            with self._start_interceptor_span(client_call_details.method) as span:
-                try:
-                    call = await continuation(
-                        self.propagate_trace_in_details(client_call_details), request
-                    )
-                except Exception as exc:
-                    self.add_error_details_to_span(span, exc)
-                    span.end()
-                    raise
-
-            def on_done(done_call: grpc.aio.Call) -> None:
-                end_time = time.time_ns()
-                try:
-                    loop = asyncio.get_running_loop()
-                except RuntimeError:  # the loop is gone (process exit): end without status
-                    span.end(end_time=end_time)
-                    return
-                task = loop.create_task(end_with_status(span, done_call, end_time))
-                _pending.add(task)
-                task.add_done_callback(_pending.discard)
-
-            call.add_done_callback(on_done)
-            return call
-
-    return StreamSpanInterceptor
 
 
 def tracer(name: str) -> trace.Tracer:

@@ -44,6 +44,7 @@ from turnpike.gateway.pipeline.request_context import RequestContext
 from turnpike.gateway.protocol.errors import ApiError, invalid
 from turnpike.gateway.upstream import billing_outbox
 from turnpike.gateway.upstream.billing_outbox import BillingOutbox
+from turnpike.grpc_tracing import TracedChannel
 
 HTTP_ROOT = "POST /v1/responses"  # FastAPI's span for the HTTP request
 RESPONSE = "response.create"  # the gateway's span for one response
@@ -139,7 +140,13 @@ def check_stages(response: Span, members: list[Span], expected: set[str]) -> dic
     assert expected <= set(stages), tree(members)
     for stage in stages.values():
         assert stage.service == "gateway" and stage.parent_id == response.span_id, tree(members)
-    gateway_calls = {s.name: s for s in members if s.service == "gateway" and s.kind == CLIENT}
+    # What the gateway asked: its client spans, and the services' spans of session
+    # exchanges (which have no client span: turnpike.gateway.upstream.session_stream).
+    gateway_calls = {
+        s.name: s
+        for s in members
+        if (s.service == "gateway" and s.kind == CLIENT) or s.name.endswith(" exchange")
+    }
     # Legacy calls safety and the tokenizer; the others ask on the connection's streams.
     legacy = response.attributes["turnpike.pipeline"] == "legacy"
     calls = [
@@ -322,7 +329,11 @@ def test_by_default_a_response_traces_its_hops_and_times_its_stages(
     # No span per stage: each call to a service is the response's child, and each
     # stage's time is an attribute of the response's span.
     assert not [s for s in members if s.name.startswith("stage.")], tree(members)
-    calls = {s.name: s for s in members if s.service == "gateway" and s.kind == CLIENT}
+    calls = {
+        s.name: s
+        for s in members
+        if (s.service == "gateway" and s.kind == CLIENT) or s.name.endswith(" exchange")
+    }
     for rpc in ("classify_session", "render_session", "generate"):
         assert calls[RPC[rpc]].parent_id == span.span_id, tree(members)
     for stage in ("safety", "render", "generate"):
@@ -407,10 +418,9 @@ async def test_a_server_stream_span_ends_with_the_rpc_however_far_the_caller_rea
     await server.start()
     ended = EndedSpans()
     provider.add_span_processor(ended)
-    interceptor = telemetry._stream_span_interceptor_class()(local_tracer)
     try:
-        async with grpc.aio.insecure_channel(
-            f"127.0.0.1:{port}", interceptors=[interceptor]
+        async with TracedChannel(
+            grpc.aio.insecure_channel(f"127.0.0.1:{port}"), local_tracer
         ) as channel:
             call_stream = channel.unary_stream("/test.Streams/Stream")
             async for chunk in call_stream(b"go", timeout=5):

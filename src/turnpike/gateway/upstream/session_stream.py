@@ -77,24 +77,24 @@ class SessionStream(Generic[Request, Reply]):
         """The service's reply to ``request``, or ``StreamBroken``."""
         if self.closed:
             raise StreamBroken(f"the {self.service} session is closed")
-        with _exchange_span(self.method, request):
-            future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-            async with self._writing:  # one write at a time, in the order of ``_waiting``
-                call = self._call if self._call is not None else self._start()
-                generation = self.generation
-                self._seq += 1
-                request.seq = self._seq
-                self._waiting.append((self._seq, future))
-                try:
-                    await call.write(request)
-                except (grpc.aio.AioRpcError, asyncio.InvalidStateError, RuntimeError) as exc:
-                    self._break(call, f"write failed: {exc}")
+        _carry_trace(request)
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        async with self._writing:  # one write at a time, in the order of ``_waiting``
+            call = self._call if self._call is not None else self._start()
+            generation = self.generation
+            self._seq += 1
+            request.seq = self._seq
+            self._waiting.append((self._seq, future))
             try:
-                async with asyncio.timeout(self._timeout_s):
-                    return Answered(await future, generation)
-            except TimeoutError:
-                self._break(call, f"no reply within {self._timeout_s:g} s")
-                raise StreamBroken(f"the {self.service} stream did not answer in time") from None
+                await call.write(request)
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, RuntimeError) as exc:
+                self._break(call, f"write failed: {exc}")
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                return Answered(await future, generation)
+        except TimeoutError:
+            self._break(call, f"no reply within {self._timeout_s:g} s")
+            raise StreamBroken(f"the {self.service} stream did not answer in time") from None
 
     def _start(self) -> Any:
         call = self._open()
@@ -155,36 +155,14 @@ class SessionStream(Generic[Request, Reply]):
             self._break(self._call, "closed")
 
 
-def _exchange_span(method: str, request: Any) -> Any:
-    """A client span per exchange, its context carried in the request (a stream's
-    messages have no metadata of their own); nothing when tracing is off."""
+def _carry_trace(request: Any) -> None:
+    """Put the turn's trace context (its response's span) in the request, as a stream's
+    messages have no metadata of their own: the service's span of the exchange is that
+    span's child. No client span is made here: the stage's time is on the response's span
+    already, and a span per hop at each end doubled what tracing cost a turn."""
     if telemetry.is_noop(_tracer):
-        return _NO_SPAN
-    span = _tracer.start_as_current_span(f"{method} exchange", kind=trace.SpanKind.CLIENT)
-    return _Traced(span, request)
-
-
-class _NoSpan:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_SPAN = _NoSpan()
-
-
-class _Traced:
-    def __init__(self, span: Any, request: Any) -> None:
-        self._span, self._request = span, request
-
-    def __enter__(self) -> None:
-        self._span.__enter__()
-        carrier: dict[str, str] = {}
-        _W3C.inject(carrier)
-        self._request.trace.traceparent = carrier.get("traceparent", "")
-        self._request.trace.tracestate = carrier.get("tracestate", "")
-
-    def __exit__(self, *exc: Any) -> None:
-        self._span.__exit__(*exc)
+        return
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier)
+    request.trace.traceparent = carrier.get("traceparent", "")
+    request.trace.tracestate = carrier.get("tracestate", "")

@@ -1,0 +1,111 @@
+"""Client spans for the gRPC calls a service makes, without grpc.aio interceptors.
+
+A channel given interceptors wraps every call (and every message of every stream) in
+grpcio's intercepted-call machinery: an extra task and queue per call, paid whether or
+not a span is made. With tracing on, that machinery cost the gateway more than the spans
+themselves (``make bench-load`` with a tracing variant; docs/observability.md). Here a
+channel is wrapped instead: each unary or server-streaming method, when called, starts
+a client span named as the instrumentation names it (``/package.Service/Method``), puts
+its W3C context in the call's metadata, and ends it when the call ends, with its status
+(however far a stream's caller read). Bidirectional streams (the session streams) trace
+each exchange themselves; health checks are not traced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+from opentelemetry import trace
+from opentelemetry.propagate import inject
+from opentelemetry.semconv._incubating.attributes.rpc_attributes import RPC_GRPC_STATUS_CODE
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+UNTRACED_PREFIX = "/grpc.health.v1.Health/"
+
+# Span-ending tasks, referenced until they ran (the loop keeps only weak references).
+_pending: set[asyncio.Task[None]] = set()
+
+
+def _attributes(method: str) -> dict[str, str]:
+    service, _, name = method.lstrip("/").rpartition("/")
+    return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+
+
+async def _end_with_status(span: trace.Span, call: grpc.aio.Call) -> None:
+    try:
+        code = await call.code()  # already known: the call is done
+        span.set_attribute(RPC_GRPC_STATUS_CODE, code.value[0])
+        if code != grpc.StatusCode.OK:
+            span.set_status(Status(StatusCode.ERROR, await call.details()))
+    finally:
+        span.end()
+
+
+class _Traced:
+    """A multicallable whose calls each get a client span."""
+
+    def __init__(self, inner: Callable[..., Any], method: str, tracer: trace.Tracer) -> None:
+        self._inner, self._method, self._tracer = inner, method, tracer
+        self._attributes = _attributes(method)
+
+    def __call__(self, request: Any, *, metadata: Sequence[Any] | None = None, **kw: Any) -> Any:
+        span = self._tracer.start_span(
+            self._method, kind=SpanKind.CLIENT, attributes=self._attributes
+        )
+        carrier: dict[str, str] = {}
+        inject(carrier, context=trace.set_span_in_context(span))
+        try:
+            call = self._inner(request, metadata=(*(metadata or ()), *carrier.items()), **kw)
+        except BaseException:
+            span.end()
+            raise
+        call.add_done_callback(lambda done: _end_later(span, done))
+        return call
+
+
+def _end_later(span: trace.Span, call: grpc.aio.Call) -> None:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # the loop is gone (process exit): end without a status
+        span.end()
+        return
+    task = loop.create_task(_end_with_status(span, call))
+    _pending.add(task)
+    task.add_done_callback(_pending.discard)
+
+
+class TracedChannel:
+    """``channel``, its unary and server-streaming methods traced (see the module)."""
+
+    def __init__(self, channel: grpc.aio.Channel, tracer: trace.Tracer | None = None) -> None:
+        self._channel = channel
+        self._tracer = tracer or trace.get_tracer("turnpike.grpc")
+
+    def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        inner = self._channel.unary_unary(method, *args, **kwargs)
+        return inner if method.startswith(UNTRACED_PREFIX) else _Traced(inner, method, self._tracer)
+
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        inner = self._channel.unary_stream(method, *args, **kwargs)
+        return inner if method.startswith(UNTRACED_PREFIX) else _Traced(inner, method, self._tracer)
+
+    def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self._channel.stream_unary(method, *args, **kwargs)
+
+    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self._channel.stream_stream(method, *args, **kwargs)
+
+    async def close(self, grace: float | None = None) -> None:
+        await self._channel.close(grace)
+
+    async def __aenter__(self) -> TracedChannel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._channel, name)
