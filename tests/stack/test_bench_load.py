@@ -453,7 +453,8 @@ async def test_a_shed_turn_is_tried_again_as_the_sdk_would(monkeypatch: pytest.M
         {"type": "error", "status": 503, "error": {"code": "server_overloaded"}}
     ).retryable
     monkeypatch.setattr(driver, "RETRY_AFTER_S", 0.0)
-    tally, answers = Tally(), [shed, shed, "answer"]
+    tally = Tally()
+    answers: list[TurnFailed | str] = [shed, shed, "answer"]
 
     async def attempt() -> str:
         answer = answers.pop(0)
