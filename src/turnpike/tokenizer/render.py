@@ -53,7 +53,7 @@ from openai_harmony import (
 from turnpike import custom_tools
 from turnpike.conversation.v1.conversation_pb2 import Item, Tool
 from turnpike.token_pieces import encode_in_pieces, longest_word
-from turnpike.vocab import harmony_encoding
+from turnpike.vocab import harmony_encoding, plain_encoding
 
 # The system message is fixed (harmony's gpt-oss defaults, pinned here so a library upgrade
 # cannot silently change renders) and has no conversation date: renders must be reproducible.
@@ -231,6 +231,8 @@ class Renderer:
 
     def __init__(self, encoding: HarmonyEncoding | None = None) -> None:
         self.encoding = encoding or harmony_encoding()
+        # Text is encoded as harmony encodes message text, by tiktoken (turnpike.vocab).
+        self._plain = plain_encoding()
         empty = Conversation.from_messages([])
         self.completion_prompt: list[int] = self.encoding.render_conversation_for_completion(
             empty, Role.ASSISTANT
@@ -270,7 +272,7 @@ class Renderer:
         return encode_in_pieces(self._encode_whole, text)
 
     def _encode_whole(self, text: str) -> list[int]:
-        return self.encoding.encode(text, disallowed_special=())
+        return self._plain.encode_ordinary(text)
 
     def render(self, instructions: str, tools: Sequence[Tool], items: Sequence[Item]) -> list[int]:
         """The conversation body: system, developer (if any), every item. No completion prompt."""

@@ -35,7 +35,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from turnpike import ids, token_bytes
 from turnpike.inference.v1 import inference_pb2 as pb
 from turnpike.token_pieces import encode_in_pieces
-from turnpike.vocab import harmony_encoding
+from turnpike.vocab import harmony_encoding, plain_encoding
 from turnpike.worker import metrics
 from turnpike.worker.answer_kinds import AnswerError, FunctionCallAnswer
 from turnpike.worker.answers import plan_answer
@@ -78,6 +78,7 @@ class SimulatorBackend:
         self._clock = clock
         self._sleep = sleep
         self._encoding = encoding or harmony_encoding()
+        self._plain = plain_encoding()  # text as harmony encodes it, faster (turnpike.vocab)
         self.delta_interval = delta_interval
         self.delta_tokens = delta_tokens
         self.active = 0  # generations in progress (cancellation must bring it back down)
@@ -90,7 +91,7 @@ class SimulatorBackend:
         return encode_in_pieces(self._encode_whole, text)
 
     def _encode_whole(self, text: str) -> list[int]:
-        return self._encoding.encode(text, allowed_special=set(), disallowed_special=())
+        return self._plain.encode_ordinary(text)
 
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
@@ -145,8 +146,8 @@ class SimulatorBackend:
         if limit and len(thought) + len(tokens) > limit:
             thought = thought[:limit]
             tokens, finish_reason = tokens[: limit - len(thought)], "length"
-        chunks = token_chunks(tokens, self._encoding.decode)
-        thought_chunks = token_chunks(thought, self._encoding.decode)
+        chunks = token_chunks(tokens, self._plain.decode)
+        thought_chunks = token_chunks(thought, self._plain.decode)
 
         prompt = token_bytes.unpack(request.prompt)
         cached = self.cache.lookup_and_insert(prompt, namespace=cache_namespace(request))
