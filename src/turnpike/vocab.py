@@ -19,8 +19,12 @@ import hashlib
 import os
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from turnpike.config import TokenizerSettings
+
+if TYPE_CHECKING:
+    import tiktoken
 
 O200K_FILE = "o200k_base.tiktoken"
 # Published SHA-256 of o200k_base.tiktoken; a mismatch means a corrupt package.
@@ -53,7 +57,7 @@ def harmony_encoding():
 
 
 @functools.cache
-def plain_encoding():
+def plain_encoding() -> tiktoken.Encoding:
     """o200k for plain text: tiktoken's encoding (its split pattern and special tokens)
     over the local vocabulary file. Use ``encode_ordinary``."""
     import tiktoken

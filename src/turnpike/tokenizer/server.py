@@ -10,6 +10,7 @@ from typing import TypeVar
 
 import grpc
 
+from turnpike import token_bytes
 from turnpike.grpc_param import param_metadata
 from turnpike.session.v1 import session_pb2
 from turnpike.session_server import Refused, SessionLimit, serve_session
@@ -36,6 +37,7 @@ class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
         sessions: SessionLimit | None = None,
     ) -> None:
         self._renderer = renderer
+        self._packed_completion_prompt = token_bytes.pack(renderer.completion_prompt)
         self._max_chars = max_chars
         self._sessions = sessions or SessionLimit(4096)
 
@@ -61,9 +63,7 @@ class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
             size, self._renderer.render, request.instructions, request.tools, request.items
         )
         metrics.FULL.record(len(tokens))
-        return tokenizer_pb2.RenderResponse(
-            tokens=tokens, completion_prompt=self._renderer.completion_prompt
-        )
+        return self._response(tokens, request.packed)
 
     async def _render_append(
         self, request: tokenizer_pb2.RenderAppendRequest
@@ -71,6 +71,14 @@ class TokenizerServicer(tokenizer_pb2_grpc.TokenizerServicer):
         size = text_size("", (), request.items)
         tokens = await self._run(size, self._renderer.render_append, request.items)
         metrics.APPEND.record(len(tokens))
+        return self._response(tokens, request.packed)
+
+    def _response(self, tokens: list[int], packed: bool) -> tokenizer_pb2.RenderResponse:
+        if packed:
+            return tokenizer_pb2.RenderResponse(
+                packed_tokens=token_bytes.pack(tokens),
+                packed_completion_prompt=self._packed_completion_prompt,
+            )
         return tokenizer_pb2.RenderResponse(
             tokens=tokens, completion_prompt=self._renderer.completion_prompt
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from turnpike import token_bytes
 from turnpike.conversation.v1.conversation_pb2 import Item, Tool
 from turnpike.grpc_malformed import MalformedRequestInterceptor
 from turnpike.grpc_metrics import RpcMetricsInterceptor
@@ -171,6 +172,16 @@ async def test_the_tokenizer_stream_renders_as_its_calls_do(renderer: Renderer) 
         appended = await stream.ask(tokenizer_pb2.RenderSessionRequest(seq=2, append=append))
         assert isinstance(appended, tokenizer_pb2.RenderSessionReply)
         assert appended.response == await stub.RenderAppend(append)
+        # Asked packed: the same tokens as bytes (turnpike.token_bytes), the lists empty.
+        packed_full = tokenizer_pb2.RenderRequest()
+        packed_full.CopyFrom(full)
+        packed_full.packed = True
+        packed = await stub.Render(packed_full)
+        assert not packed.tokens and not packed.completion_prompt
+        assert token_bytes.unpack(packed.packed_tokens).tolist() == list(by_stream.response.tokens)
+        assert token_bytes.unpack(packed.packed_completion_prompt).tolist() == list(
+            by_stream.response.completion_prompt
+        )
         # Refusals carry what the call's status would: the code, and the field at fault.
         bad_tool = tokenizer_pb2.RenderRequest(tools=[Tool(name="f", parameters_json="[1]")])
         refused = await stream.ask(tokenizer_pb2.RenderSessionRequest(seq=3, full=bad_tool))

@@ -26,7 +26,7 @@ from turnpike.conversation.v1 import conversation_pb2 as turnpike_dot_conversati
 from turnpike.session.v1 import session_pb2 as turnpike_dot_session_dot_v1_dot_session__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%turnpike/tokenizer/v1/tokenizer.proto\x12\x15turnpike.tokenizer.v1\x1a+turnpike/conversation/v1/conversation.proto\x1a!turnpike/session/v1/session.proto\"\x83\x01\n\rRenderRequest\x12\x14\n\x0cinstructions\x18\x01 \x01(\t\x12-\n\x05tools\x18\x02 \x03(\x0b\x32\x1e.turnpike.conversation.v1.Tool\x12-\n\x05items\x18\x03 \x03(\x0b\x32\x1e.turnpike.conversation.v1.Item\"D\n\x13RenderAppendRequest\x12-\n\x05items\x18\x01 \x03(\x0b\x32\x1e.turnpike.conversation.v1.Item\";\n\x0eRenderResponse\x12\x0e\n\x06tokens\x18\x01 \x03(\r\x12\x19\n\x11\x63ompletion_prompt\x18\x02 \x03(\r\" \n\x10\x43ountTextRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\"#\n\x11\x43ountTextResponse\x12\x0e\n\x06tokens\x18\x01 \x01(\x05\"\xd3\x01\n\x14RenderSessionRequest\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x34\n\x04\x66ull\x18\x02 \x01(\x0b\x32$.turnpike.tokenizer.v1.RenderRequestH\x00\x12<\n\x06\x61ppend\x18\x03 \x01(\x0b\x32*.turnpike.tokenizer.v1.RenderAppendRequestH\x00\x12\x30\n\x05trace\x18\x04 \x01(\x0b\x32!.turnpike.session.v1.TraceContextB\x08\n\x06render\"\x98\x01\n\x12RenderSessionReply\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x39\n\x08response\x18\x02 \x01(\x0b\x32%.turnpike.tokenizer.v1.RenderResponseH\x00\x12/\n\x07refusal\x18\x03 \x01(\x0b\x32\x1c.turnpike.session.v1.RefusalH\x00\x42\t\n\x07outcome2\x92\x03\n\tTokenizer\x12U\n\x06Render\x12$.turnpike.tokenizer.v1.RenderRequest\x1a%.turnpike.tokenizer.v1.RenderResponse\x12\x61\n\x0cRenderAppend\x12*.turnpike.tokenizer.v1.RenderAppendRequest\x1a%.turnpike.tokenizer.v1.RenderResponse\x12^\n\tCountText\x12\'.turnpike.tokenizer.v1.CountTextRequest\x1a(.turnpike.tokenizer.v1.CountTextResponse\x12k\n\rRenderSession\x12+.turnpike.tokenizer.v1.RenderSessionRequest\x1a).turnpike.tokenizer.v1.RenderSessionReply(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%turnpike/tokenizer/v1/tokenizer.proto\x12\x15turnpike.tokenizer.v1\x1a+turnpike/conversation/v1/conversation.proto\x1a!turnpike/session/v1/session.proto\"\x93\x01\n\rRenderRequest\x12\x14\n\x0cinstructions\x18\x01 \x01(\t\x12-\n\x05tools\x18\x02 \x03(\x0b\x32\x1e.turnpike.conversation.v1.Tool\x12-\n\x05items\x18\x03 \x03(\x0b\x32\x1e.turnpike.conversation.v1.Item\x12\x0e\n\x06packed\x18\x04 \x01(\x08\"T\n\x13RenderAppendRequest\x12-\n\x05items\x18\x01 \x03(\x0b\x32\x1e.turnpike.conversation.v1.Item\x12\x0e\n\x06packed\x18\x02 \x01(\x08\"t\n\x0eRenderResponse\x12\x0e\n\x06tokens\x18\x01 \x03(\r\x12\x19\n\x11\x63ompletion_prompt\x18\x02 \x03(\r\x12\x15\n\rpacked_tokens\x18\x03 \x01(\x0c\x12 \n\x18packed_completion_prompt\x18\x04 \x01(\x0c\" \n\x10\x43ountTextRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\"#\n\x11\x43ountTextResponse\x12\x0e\n\x06tokens\x18\x01 \x01(\x05\"\xd3\x01\n\x14RenderSessionRequest\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x34\n\x04\x66ull\x18\x02 \x01(\x0b\x32$.turnpike.tokenizer.v1.RenderRequestH\x00\x12<\n\x06\x61ppend\x18\x03 \x01(\x0b\x32*.turnpike.tokenizer.v1.RenderAppendRequestH\x00\x12\x30\n\x05trace\x18\x04 \x01(\x0b\x32!.turnpike.session.v1.TraceContextB\x08\n\x06render\"\x98\x01\n\x12RenderSessionReply\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x39\n\x08response\x18\x02 \x01(\x0b\x32%.turnpike.tokenizer.v1.RenderResponseH\x00\x12/\n\x07refusal\x18\x03 \x01(\x0b\x32\x1c.turnpike.session.v1.RefusalH\x00\x42\t\n\x07outcome2\x92\x03\n\tTokenizer\x12U\n\x06Render\x12$.turnpike.tokenizer.v1.RenderRequest\x1a%.turnpike.tokenizer.v1.RenderResponse\x12\x61\n\x0cRenderAppend\x12*.turnpike.tokenizer.v1.RenderAppendRequest\x1a%.turnpike.tokenizer.v1.RenderResponse\x12^\n\tCountText\x12\'.turnpike.tokenizer.v1.CountTextRequest\x1a(.turnpike.tokenizer.v1.CountTextResponse\x12k\n\rRenderSession\x12+.turnpike.tokenizer.v1.RenderSessionRequest\x1a).turnpike.tokenizer.v1.RenderSessionReply(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,19 +34,19 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'turnpike.tokenizer.v1.token
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_RENDERREQUEST']._serialized_start=145
-  _globals['_RENDERREQUEST']._serialized_end=276
-  _globals['_RENDERAPPENDREQUEST']._serialized_start=278
-  _globals['_RENDERAPPENDREQUEST']._serialized_end=346
-  _globals['_RENDERRESPONSE']._serialized_start=348
-  _globals['_RENDERRESPONSE']._serialized_end=407
-  _globals['_COUNTTEXTREQUEST']._serialized_start=409
-  _globals['_COUNTTEXTREQUEST']._serialized_end=441
-  _globals['_COUNTTEXTRESPONSE']._serialized_start=443
-  _globals['_COUNTTEXTRESPONSE']._serialized_end=478
-  _globals['_RENDERSESSIONREQUEST']._serialized_start=481
-  _globals['_RENDERSESSIONREQUEST']._serialized_end=692
-  _globals['_RENDERSESSIONREPLY']._serialized_start=695
-  _globals['_RENDERSESSIONREPLY']._serialized_end=847
-  _globals['_TOKENIZER']._serialized_start=850
-  _globals['_TOKENIZER']._serialized_end=1252
+  _globals['_RENDERREQUEST']._serialized_end=292
+  _globals['_RENDERAPPENDREQUEST']._serialized_start=294
+  _globals['_RENDERAPPENDREQUEST']._serialized_end=378
+  _globals['_RENDERRESPONSE']._serialized_start=380
+  _globals['_RENDERRESPONSE']._serialized_end=496
+  _globals['_COUNTTEXTREQUEST']._serialized_start=498
+  _globals['_COUNTTEXTREQUEST']._serialized_end=530
+  _globals['_COUNTTEXTRESPONSE']._serialized_start=532
+  _globals['_COUNTTEXTRESPONSE']._serialized_end=567
+  _globals['_RENDERSESSIONREQUEST']._serialized_start=570
+  _globals['_RENDERSESSIONREQUEST']._serialized_end=781
+  _globals['_RENDERSESSIONREPLY']._serialized_start=784
+  _globals['_RENDERSESSIONREPLY']._serialized_end=936
+  _globals['_TOKENIZER']._serialized_start=939
+  _globals['_TOKENIZER']._serialized_end=1341
 # @@protoc_insertion_point(module_scope)

@@ -9,28 +9,36 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RenderRequest(_message.Message):
-    __slots__ = ("instructions", "tools", "items")
+    __slots__ = ("instructions", "tools", "items", "packed")
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     instructions: str
     tools: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Tool]
     items: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Item]
-    def __init__(self, instructions: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.Tool, _Mapping]]] = ..., items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ...) -> None: ...
+    packed: bool
+    def __init__(self, instructions: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.Tool, _Mapping]]] = ..., items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ..., packed: _Optional[bool] = ...) -> None: ...
 
 class RenderAppendRequest(_message.Message):
-    __slots__ = ("items",)
+    __slots__ = ("items", "packed")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Item]
-    def __init__(self, items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ...) -> None: ...
+    packed: bool
+    def __init__(self, items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ..., packed: _Optional[bool] = ...) -> None: ...
 
 class RenderResponse(_message.Message):
-    __slots__ = ("tokens", "completion_prompt")
+    __slots__ = ("tokens", "completion_prompt", "packed_tokens", "packed_completion_prompt")
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    PACKED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_COMPLETION_PROMPT_FIELD_NUMBER: _ClassVar[int]
     tokens: _containers.RepeatedScalarFieldContainer[int]
     completion_prompt: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, tokens: _Optional[_Iterable[int]] = ..., completion_prompt: _Optional[_Iterable[int]] = ...) -> None: ...
+    packed_tokens: bytes
+    packed_completion_prompt: bytes
+    def __init__(self, tokens: _Optional[_Iterable[int]] = ..., completion_prompt: _Optional[_Iterable[int]] = ..., packed_tokens: _Optional[bytes] = ..., packed_completion_prompt: _Optional[bytes] = ...) -> None: ...
 
 class CountTextRequest(_message.Message):
     __slots__ = ("text",)

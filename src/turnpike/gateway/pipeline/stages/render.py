@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import grpc
 
+from turnpike import token_bytes
 from turnpike.conversation.v1 import conversation_pb2
 from turnpike.gateway.metrics import SESSION_EXCHANGES
 from turnpike.gateway.pipeline.prepared import Prepared, Prompt
@@ -119,7 +120,7 @@ async def render_all(
 ) -> RenderedPrefix:
     """Instructions, tools and every item."""
     message = tokenizer_pb2.RenderRequest(
-        instructions=request.instructions or "", tools=request.proto_tools, items=items
+        instructions=request.instructions or "", tools=request.proto_tools, items=items, packed=True
     )
     reply = await _rendered(
         res,
@@ -128,12 +129,8 @@ async def render_all(
         res.backends.tokenizer.Render,
         message,
     )
-    return RenderedPrefix(
-        request.header_key,
-        array("I", reply.tokens),
-        len(items),
-        array("I", reply.completion_prompt),
-    )
+    tokens, completion_prompt = _tokens_of(reply)
+    return RenderedPrefix(request.header_key, tokens, len(items), completion_prompt)
 
 
 async def render_after(
@@ -146,7 +143,7 @@ async def render_after(
     tail = items[cached.items :]
     if not tail:  # the same history, re-sent
         return cached
-    message = tokenizer_pb2.RenderAppendRequest(items=tail)
+    message = tokenizer_pb2.RenderAppendRequest(items=tail, packed=True)
     reply = await _rendered(
         res,
         streams,
@@ -154,12 +151,18 @@ async def render_after(
         res.backends.tokenizer.RenderAppend,
         message,
     )
-    return RenderedPrefix(
-        cached.header_key,
-        cached.tokens + array("I", reply.tokens),
-        len(items),
-        array("I", reply.completion_prompt),
-    )
+    tokens, completion_prompt = _tokens_of(reply)
+    return RenderedPrefix(cached.header_key, cached.tokens + tokens, len(items), completion_prompt)
+
+
+def _tokens_of(reply: tokenizer_pb2.RenderResponse) -> tuple[array, array]:
+    """The render's tokens and completion prompt: packed, as asked, unless the
+    tokenizer predates packing (it then sends the repeated fields)."""
+    if reply.packed_completion_prompt:  # never empty when packed: it opens a turn
+        return token_bytes.unpack(reply.packed_tokens), token_bytes.unpack(
+            reply.packed_completion_prompt
+        )
+    return array("I", reply.tokens), array("I", reply.completion_prompt)
 
 
 async def _rendered(
