@@ -101,6 +101,14 @@ class WorkerSettings(EnvSettings):
         "Prefix KV cache size, in prompt tokens (64-token blocks, least recently used evicted).",
         ge=0,
     )
+    kept_bytes: Integer = setting(
+        "TURNPIKE_WORKER_KEPT_BYTES",
+        64 * 1024 * 1024,
+        "Bytes of requests a worker keeps so that a WebSocket's next turn sends only what is "
+        "new (a conversation's newest request each, least recently kept forgotten first); "
+        "0 keeps none (every turn is sent whole).",
+        ge=0,
+    )
     error_rate: Number = setting(
         "TURNPIKE_WORKER_ERROR_RATE",
         0.0,

@@ -15,6 +15,7 @@ from turnpike.inference.v1 import inference_pb2_grpc
 from turnpike.vocab import harmony_encoding
 from turnpike.worker.backends import Backend, Backends, UnavailableBackend
 from turnpike.worker.cerebras import CerebrasBackend
+from turnpike.worker.continuations import Continuations
 from turnpike.worker.openai_compatible import OpenAICompatibleBackend
 from turnpike.worker.prefix_cache import PrefixCache
 from turnpike.worker.server import SERVICE_NAME, InferenceServicer
@@ -66,7 +67,7 @@ def main() -> None:
 
     def register(server: grpc.aio.Server) -> None:
         inference_pb2_grpc.add_InferenceServicer_to_server(
-            InferenceServicer(Backends(by_name)), server
+            InferenceServicer(Backends(by_name), Continuations(settings.kept_bytes)), server
         )
 
     async def on_shutdown() -> None:

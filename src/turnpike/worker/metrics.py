@@ -161,3 +161,16 @@ REQUESTS = {name: RequestMetrics(name) for name in BACKEND_NAMES}
 # Only the simulator keeps a prefix cache in the worker; a hosted backend's cache is its own
 # (its cached tokens still count, as prompt tokens not prefilled).
 SIMULATOR_PREFIX_CACHE = PrefixCacheMetrics(SIMULATOR)
+
+CONTINUATIONS = Counter(
+    "turnpike_worker_continuations",
+    "Requests sent as continuations of a kept one (only what is new), by result: resolved "
+    "(rebuilt whole from it) or unknown (not kept here: the caller sends it whole).",
+    ["result"],
+)
+KEPT_BYTES = Gauge(
+    "turnpike_worker_kept_bytes",
+    "Bytes of the requests kept for their conversations' next turns (turnpike.worker."
+    "continuations).",
+    multiprocess_mode="livesum",
+)

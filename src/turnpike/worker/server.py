@@ -10,6 +10,7 @@ import grpc
 from turnpike.inference.v1 import inference_pb2, inference_pb2_grpc
 from turnpike.worker import metrics
 from turnpike.worker.backends import Backends, InvalidRequestError, error_event
+from turnpike.worker.continuations import Continuations, UnknownContinuation
 
 log = logging.getLogger(__name__)
 
@@ -17,10 +18,25 @@ SERVICE_NAME = inference_pb2.DESCRIPTOR.services_by_name["Inference"].full_name
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServicer):
-    def __init__(self, backends: Backends) -> None:
+    def __init__(self, backends: Backends, continuations: Continuations | None = None) -> None:
         self._backends = backends
+        self._continuations = continuations if continuations is not None else Continuations(0)
 
     async def Generate(self, request, context):
+        # A continuation is rebuilt whole first (turnpike.worker.continuations): every
+        # backend sees whole requests.
+        continued = bool(request.continues)
+        try:
+            request = self._continuations.resolve(request)
+        except UnknownContinuation as exc:
+            log.info("continuation of %s sent whole again: %s", request.continues, exc)
+            metrics.CONTINUATIONS.labels("unknown").inc()
+            yield error_event("continuation_unknown", str(exc), retryable=True)
+            return
+        if continued:
+            metrics.CONTINUATIONS.labels("resolved").inc()
+        self._continuations.keep(request)
+        metrics.KEPT_BYTES.set(self._continuations.bytes)
         if not request.model:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "model is required")
         try:

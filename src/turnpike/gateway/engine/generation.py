@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 # How many workers a generation may try before it fails (connection refused only).
 MAX_WORKER_ATTEMPTS = 3
+# The worker's answer to a continuation of a request it does not hold (inference.proto).
+CONTINUATION_UNKNOWN = "continuation_unknown"
 
 
 @dataclass
@@ -89,11 +91,13 @@ class WorkerGeneration:
         the output so far."""
         request, model, prompt = prepared.request, prepared.model, prepared.prompt
         assert model is not None and prompt is not None and prepared.conversation is not None
-        gen_request = _generate_request(prepared)
         excluded: list[str] = []
-        for attempt in range(MAX_WORKER_ATTEMPTS):
+        whole = False  # the worker did not hold what a continuation named: send it whole
+        attempt = 0
+        while attempt < MAX_WORKER_ATTEMPTS:
             route = generation.route
             assert route is not None
+            gen_request = _generate_request(prepared, None if whole else route)
             started = False
             stream = self._worker_stream(prepared, route, gen_request)
             try:
@@ -105,6 +109,9 @@ class WorkerGeneration:
                         if kind == "finished":
                             return _finished(prepared, generation, event.finished)
                         if kind == "error":
+                            if event.error.code == CONTINUATION_UNKNOWN and gen_request.continues:
+                                whole = True  # before anything was generated: ask again
+                                break
                             return events.failed(
                                 event.error.code or "server_error",
                                 f"The model failed: {event.error.message}",
@@ -115,6 +122,8 @@ class WorkerGeneration:
                         if kind == "item_done" and _steered(prepared):
                             use = usage(prepared.input_tokens, 0, generation.output_tokens)
                             return events.incomplete("steered", use)
+                if whole and gen_request.continues:
+                    continue  # the same worker, the whole request
                 return events.failed("server_error", "The model stream ended unexpectedly.")
             except (grpc.aio.AioRpcError, WorkerSilentError) as err:
                 # A silent worker is as good as an unavailable one: another may serve.
@@ -137,6 +146,7 @@ class WorkerGeneration:
                         f"The inference worker failed while generating ({reason}).",
                     )
                 excluded.append(route.worker_id)
+                attempt += 1
                 try:
                     generation.route = await pick_worker(
                         self.res.backends,
@@ -166,15 +176,50 @@ class WorkerGeneration:
         return backends.worker(route.worker_address).Generate(gen_request)
 
 
-def _generate_request(prepared: Prepared) -> inference_pb2.GenerateRequest:
+def _continuation(prepared: Prepared, route: router_pb2.RouteDecision | None) -> str | None:
+    """The request this one may continue on ``route``'s worker (inference.proto,
+    ``continues``): on a WebSocket, the parent's, when it ran on that same worker and this
+    prompt was appended to its prompt. None: send the whole request."""
+    parent, prompt = prepared.parent, prepared.prompt
+    if route is None or parent is None or prompt is None or not parent.from_connection_cache:
+        return None
+    state = parent.state
+    if state.route is None or state.route.worker_id != route.worker_id:
+        return None
+    if prompt.base is None or prompt.base is not state.rendered or prompt.truncated:
+        return None
+    return str(state.response["id"])
+
+
+def _generate_request(
+    prepared: Prepared, route: router_pb2.RouteDecision | None = None
+) -> inference_pb2.GenerateRequest:
+    """The worker's request: whole, or, as a continuation of its parent on ``route``'s
+    worker, only what follows the parent's. On a WebSocket the worker keeps it for the
+    next turn (turnpike.worker.continuations)."""
     request, model, prompt = prepared.request, prepared.model, prepared.prompt
     assert model is not None and prompt is not None and prepared.conversation is not None
+    assert prepared.policy is not None
+    on_socket = prepared.ctx.connection_cache is not None
+    keep = on_socket and not prepared.policy.worker_via_imageres
+    continues = _continuation(prepared, route) if keep else None
+    items = prepared.conversation.items if prompt.kept_items is None else prompt.kept_items
+    tokens = prompt.tokens
+    continued_items = continued_tokens = 0
+    if continues is not None:
+        assert prompt.base is not None  # _continuation says so
+        continued_items, continued_tokens = prompt.base.items, len(prompt.base.tokens)
+        items, tokens = items[continued_items:], tokens[continued_tokens:]
     return inference_pb2.GenerateRequest(
         request_id=prepared.response_id,
+        keep=keep,
+        continues=continues or "",
+        continued_items=continued_items,
+        continued_tokens=continued_tokens,
         model=model.id,
-        prompt=token_bytes.pack(prompt.tokens),
+        prompt=token_bytes.pack(tokens),
         instructions=request.instructions or "",
-        items=prompt.kept_items if prompt.truncated else prepared.conversation.items,
+        items=items,
         tools=request.callable_proto_tools,
         tool_choice=request.tool_choice_name(),
         parallel_tool_calls=request.parallel_tool_calls,

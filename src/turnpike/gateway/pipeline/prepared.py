@@ -56,6 +56,9 @@ class Prompt:
     kept_items: list[conversation_pb2.Item] | None = None
     dropped_ids: tuple[str, ...] = ()
     untruncated_tokens: int = 0
+    # The prefix ``rendered`` continues (the parent's, appended to), if it was appended:
+    # the worker may then be sent only what follows it (inference.proto, continues).
+    base: RenderedPrefix | None = None
 
     @property
     def truncated(self) -> bool:

@@ -25,7 +25,7 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_output_tokens: _Optional[int] = ..., seed: _Optional[int] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "model", "prompt", "instructions", "items", "tools", "tool_choice", "parallel_tool_calls", "sampling", "tokens_per_second", "ttft_ms", "prefill_tokens_per_second", "backend", "image_tokens", "text_format", "reasoning_effort", "reasoning_summary", "max_tool_calls", "verbosity", "tenant")
+    __slots__ = ("request_id", "model", "prompt", "instructions", "items", "tools", "tool_choice", "parallel_tool_calls", "sampling", "tokens_per_second", "ttft_ms", "prefill_tokens_per_second", "backend", "image_tokens", "text_format", "reasoning_effort", "reasoning_summary", "max_tool_calls", "verbosity", "tenant", "keep", "continues", "continued_items", "continued_tokens")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,10 @@ class GenerateRequest(_message.Message):
     MAX_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     VERBOSITY_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    KEEP_FIELD_NUMBER: _ClassVar[int]
+    CONTINUES_FIELD_NUMBER: _ClassVar[int]
+    CONTINUED_ITEMS_FIELD_NUMBER: _ClassVar[int]
+    CONTINUED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     prompt: bytes
@@ -66,7 +70,11 @@ class GenerateRequest(_message.Message):
     max_tool_calls: int
     verbosity: str
     tenant: str
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[bytes] = ..., instructions: _Optional[str] = ..., items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.Tool, _Mapping]]] = ..., tool_choice: _Optional[str] = ..., parallel_tool_calls: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., tokens_per_second: _Optional[float] = ..., ttft_ms: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., backend: _Optional[str] = ..., image_tokens: _Optional[int] = ..., text_format: _Optional[_Union[TextFormat, _Mapping]] = ..., reasoning_effort: _Optional[str] = ..., reasoning_summary: _Optional[str] = ..., max_tool_calls: _Optional[int] = ..., verbosity: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+    keep: bool
+    continues: str
+    continued_items: int
+    continued_tokens: int
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[bytes] = ..., instructions: _Optional[str] = ..., items: _Optional[_Iterable[_Union[_conversation_pb2.Item, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_conversation_pb2.Tool, _Mapping]]] = ..., tool_choice: _Optional[str] = ..., parallel_tool_calls: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., tokens_per_second: _Optional[float] = ..., ttft_ms: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., backend: _Optional[str] = ..., image_tokens: _Optional[int] = ..., text_format: _Optional[_Union[TextFormat, _Mapping]] = ..., reasoning_effort: _Optional[str] = ..., reasoning_summary: _Optional[str] = ..., max_tool_calls: _Optional[int] = ..., verbosity: _Optional[str] = ..., tenant: _Optional[str] = ..., keep: _Optional[bool] = ..., continues: _Optional[str] = ..., continued_items: _Optional[int] = ..., continued_tokens: _Optional[int] = ...) -> None: ...
 
 class TextFormat(_message.Message):
     __slots__ = ("type", "name", "description", "schema_json", "strict")

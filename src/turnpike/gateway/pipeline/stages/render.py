@@ -62,13 +62,15 @@ class Render(Stage):
             keys = content_keys(request.header_key, conversation.items)
             cached = res.token_cache.longest(p.ctx.tenant, keys)
         streams = streams_of(p, res) if self.session else None
+        base = None
         if self.append and cached is not None and cached.header_key == request.header_key:
             rendered = await render_after(res, cached, conversation.items, streams)
+            base = cached
         else:
             rendered = await render_all(res, request, conversation.items, streams)
         if keys:
             res.token_cache.put(p.ctx.tenant, keys[-1], rendered)
-        prompt = Prompt(rendered, rendered.prompt())
+        prompt = Prompt(rendered, rendered.prompt(), base=base)
         assert p.model is not None
         # A compaction_trigger seals the whole history and generates nothing: no truncation.
         over = len(prompt.tokens) > p.model.context_window
