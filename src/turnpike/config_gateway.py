@@ -412,10 +412,13 @@ class GatewaySettings(EnvSettings):
     )
     session_streams: Flag = setting(
         "TURNPIKE_SESSION_STREAMS",
-        True,
+        False,
         "Each client connection (a WebSocket, or a chain of HTTP turns) asks safety and the "
         "tokenizer on a long-lived stream of its own instead of a call per turn; safety keeps "
-        "the connection's state, so a turn sends only its new items. Off: a call per turn.",
+        "the connection's state, so an HTTP chain's turn too sends only its new items. It "
+        "moves CPU from safety and the tokenizer into the gateway (a stream message costs a "
+        "grpcio client two completions, a call one): off, a call per turn "
+        "(docs/benchmarks.md, session streams).",
     )
     session_streams_max: Integer = setting(
         "TURNPIKE_SESSION_STREAMS_MAX",

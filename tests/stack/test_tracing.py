@@ -61,13 +61,16 @@ class Traced:
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
-    """A stack that traces every stage of a response (TURNPIKE_TRACE_STAGES)."""
-    yield from traced_stack(tmp_path_factory, {"TURNPIKE_TRACE_STAGES": "true"})
+    """A stack that traces every stage of a response (TURNPIKE_TRACE_STAGES), and asks on
+    session streams (TURNPIKE_SESSION_STREAMS)."""
+    yield from traced_stack(
+        tmp_path_factory, {"TURNPIKE_TRACE_STAGES": "true", "TURNPIKE_SESSION_STREAMS": "true"}
+    )
 
 
 @pytest.fixture(scope="module")
 def traced_lean(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
-    """A stack that traces as it does by default: no span per stage."""
+    """A stack that traces as it does by default: no span per stage, a call per service."""
     yield from traced_stack(tmp_path_factory, {})
 
 
@@ -334,7 +337,7 @@ def test_by_default_a_response_traces_its_hops_and_times_its_stages(
         for s in members
         if (s.service == "gateway" and s.kind == CLIENT) or s.name.endswith(" exchange")
     }
-    for rpc in ("classify_session", "render_session", "generate"):
+    for rpc in ("classify", "render", "generate"):
         assert calls[RPC[rpc]].parent_id == span.span_id, tree(members)
     for stage in ("safety", "render", "generate"):
         assert span.attributes[f"turnpike.stage.{stage}_ms"] >= 0, span.attributes

@@ -119,6 +119,7 @@ def test_a_socket_goes_on_across_a_restart_of_safety_and_the_tokenizer(stack, se
         TURNPIKE_SAFETY_ADDR=services["safety"].address,
         TURNPIKE_TOKENIZER_ADDR=services["tokenizer"].address,
         TURNPIKE_GATEWAY_METRICS_PORT=str(metrics_port),
+        TURNPIKE_SESSION_STREAMS="true",
     )
     try:
         client = OpenAI(base_url=f"{base}/v1", api_key="sk-turnpike-dev", max_retries=0)
