@@ -91,7 +91,7 @@ def test_the_legacy_pipeline_traces_the_image_hop_and_billing(container_stack, o
     )
     check_hops(members)
     # gateway -> imageres (ProxyGenerate) -> worker (Generate): one chain across 3 containers.
-    [worker] = server_spans(members, "worker", RPC["generate"])
+    [worker] = server_spans(members, "worker", RPC["proxied_generate"])
     proxy_call = parent_of(members, worker)
     assert proxy_call.service == "imageres" and proxy_call.kind == CLIENT
     proxy = parent_of(members, proxy_call)

@@ -35,6 +35,7 @@ def _status(address: str, path: str, request: bytes, streaming: bool) -> grpc.St
     ("service", "path", "streaming"),
     [
         ("worker", "/turnpike.inference.v1.Inference/Generate", True),
+        ("worker", "/turnpike.inference.v1.Inference/GenerateBatched", True),
         ("tokenizer", "/turnpike.tokenizer.v1.Tokenizer/CountText", False),
         ("safety", "/turnpike.safety.v1.Safety/Classify", False),
         ("imageres", "/turnpike.imageres.v1.ImageResolver/ProxyGenerate", True),

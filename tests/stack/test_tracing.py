@@ -287,7 +287,7 @@ def test_the_legacy_pipeline_traces_the_image_hop(traced: Traced) -> None:
         span, members, {"stage.safety", "stage.render", "stage.route", "stage.generate"}
     )
     # gateway -> imageres (ProxyGenerate) -> worker (Generate), one chain.
-    [worker] = server_spans(members, "worker", RPC["generate"])
+    [worker] = server_spans(members, "worker", RPC["proxied_generate"])
     proxy_call = parent_of(members, worker)
     assert proxy_call.service == "imageres" and proxy_call.kind == CLIENT
     proxy = parent_of(members, proxy_call)

@@ -98,6 +98,24 @@ async def test_worker_process_generates_and_exits_cleanly(worker) -> None:
         quick = [e async for e in stub.Generate(request(), timeout=10)]
         assert quick[-1].HasField("finished")
 
+        # Batched: the same events, those due at once in one message (a call's start and
+        # its first delta; its end and the finish), and an invalid request still refused.
+        one_by_one = [e async for e in stub.Generate(request(tools=tools), timeout=10)]
+        batches = [b async for b in stub.GenerateBatched(request(tools=tools), timeout=10)]
+        batched = [e for b in batches for e in b.events]
+        kinds = [e.WhichOneof("event") for e in batched]
+        assert kinds[0] == "item_started" and kinds[-2:] == ["item_done", "finished"]
+        assert set(kinds) == {e.WhichOneof("event") for e in one_by_one}
+        text = "".join(e.delta.text for e in batched)
+        assert text == "".join(e.delta.text for e in one_by_one)  # (deltas cut by time)
+        assert len(batches) < len(batched)
+        last = [e.WhichOneof("event") for e in batches[-1].events]
+        assert last[-2:] == ["item_done", "finished"]  # due together: one message
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            async for _ in stub.GenerateBatched(request(tps=0.0), timeout=10):
+                pass
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
     assert stop(proc) == 0
 
 

@@ -35,7 +35,9 @@ RPC = {
     "classify_session": "turnpike.safety.v1.Safety/ClassifySession exchange",
     "render_session": "turnpike.tokenizer.v1.Tokenizer/RenderSession exchange",
     "route": "/turnpike.router.v1.Router/Route",
-    "generate": "/turnpike.inference.v1.Inference/Generate",
+    # The gateway asks a worker for batched events; the image hop (legacy) for single ones.
+    "generate": "/turnpike.inference.v1.Inference/GenerateBatched",
+    "proxied_generate": "/turnpike.inference.v1.Inference/Generate",
     "proxy": "/turnpike.imageres.v1.ImageResolver/ProxyGenerate",
     "usage": "/turnpike.billing.v1.Billing/RecordUsage",
 }

@@ -1,9 +1,14 @@
-"""gRPC adapter of the worker: one Generate stream per request, from its backend."""
+"""gRPC adapter of the worker: one Generate stream per request, from its backend; or,
+on GenerateBatched, the same events with those due at the same moment in one message
+(the backend's events are read by a task of their own, and each message takes what it
+has found since the last)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+from collections import deque
 
 import grpc
 
@@ -23,6 +28,40 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         self._continuations = continuations if continuations is not None else Continuations(0)
 
     async def Generate(self, request, context):
+        async for event in self._generate(request, context):
+            yield event
+
+    async def GenerateBatched(self, request, context):
+        found: deque[inference_pb2.GenerateEvent] = deque()
+        more = asyncio.Event()
+        ended = False
+
+        async def pump() -> None:
+            nonlocal ended
+            try:
+                async for event in self._generate(request, context):
+                    found.append(event)
+                    more.set()
+            finally:
+                ended = True
+                more.set()
+
+        task = asyncio.create_task(pump())
+        try:
+            while True:
+                await more.wait()
+                more.clear()
+                if found:
+                    batch = list(found)
+                    found.clear()
+                    yield inference_pb2.GenerateEvents(events=batch)
+                if ended and not found:
+                    break
+            await task  # an abort (an invalid request) ends the call from here
+        finally:
+            task.cancel()
+
+    async def _generate(self, request, context):
         # A continuation is rebuilt whole first (turnpike.worker.continuations): every
         # backend sees whole requests.
         continued = bool(request.continues)

@@ -76,6 +76,9 @@ class WorkerGeneration:
     def __init__(self, res: Resources, worker_silence_s: float) -> None:
         self.res = res
         self.worker_silence_s = worker_silence_s
+        # Workers that answered GenerateBatched UNIMPLEMENTED (an older version, in a
+        # rolling deploy): asked by Generate.
+        self.unbatched: set[str] = set()
 
     async def run(
         self,
@@ -128,6 +131,12 @@ class WorkerGeneration:
             except (grpc.aio.AioRpcError, WorkerSilentError) as err:
                 # A silent worker is as good as an unavailable one: another may serve.
                 code = err.code() if isinstance(err, grpc.aio.AioRpcError) else None
+                if code == grpc.StatusCode.UNIMPLEMENTED and route.worker_address not in (
+                    self.unbatched
+                ):
+                    self.unbatched.add(route.worker_address)
+                    continue  # the same worker, by Generate
+
                 reason = code.name.lower() if code is not None else str(err)
                 retry = (
                     not started
@@ -173,7 +182,10 @@ class WorkerGeneration:
                     worker_address=route.worker_address, request=gen_request
                 )
             )
-        return backends.worker(route.worker_address).Generate(gen_request)
+        worker = backends.worker(route.worker_address)
+        if route.worker_address in self.unbatched:  # a worker from before GenerateBatched
+            return worker.Generate(gen_request)
+        return worker.GenerateBatched(gen_request)
 
 
 def _continuation(prepared: Prepared, route: router_pb2.RouteDecision | None) -> str | None:

@@ -1,5 +1,6 @@
-"""Reading a worker's Generate stream: cancelled when its reader stops early, and bounded
-in silence.
+"""Reading a worker's Generate stream (or GenerateBatched's, whose messages each hold
+the events due at once: read one by one here): cancelled when its reader stops early,
+and bounded in silence.
 
 A cancelled call tells the worker to stop generating, so the stream is cancelled
 whenever its reader leaves (a cancelled background response, an abandoned one).
@@ -16,6 +17,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 from typing import Any
+
+from turnpike.inference.v1.inference_pb2 import GenerateEvents
 
 
 class WorkerSilentError(Exception):
@@ -39,9 +42,13 @@ async def worker_events(stream: Any, silence_s: float) -> AsyncGenerator[Any, No
 
     timer = loop.call_later(silence_s, check)
     try:
-        async for event in stream:
+        async for message in stream:
             heard = loop.time()
-            yield event
+            if isinstance(message, GenerateEvents):
+                for event in message.events:
+                    yield event
+            else:
+                yield message
     except asyncio.CancelledError:
         if silent:
             raise WorkerSilentError(f"the worker sent nothing for {silence_s:g} s") from None

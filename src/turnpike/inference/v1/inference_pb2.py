@@ -25,37 +25,39 @@ _sym_db = _symbol_database.Default()
 from turnpike.conversation.v1 import conversation_pb2 as turnpike_dot_conversation_dot_v1_dot_conversation__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%turnpike/inference/v1/inference.proto\x12\x15turnpike.inference.v1\x1a+turnpike/conversation/v1/conversation.proto\"\x92\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x01\x12\r\n\x05top_p\x18\x02 \x01(\x01\x12\x19\n\x11max_output_tokens\x18\x03 \x01(\x05\x12\x0c\n\x04seed\x18\x04 \x01(\x03\x12\x18\n\x10presence_penalty\x18\x05 \x01(\x01\x12\x19\n\x11\x66requency_penalty\x18\x06 \x01(\x01\"\xc2\x05\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06prompt\x18\x0f \x01(\x0c\x12\x14\n\x0cinstructions\x18\x04 \x01(\t\x12-\n\x05items\x18\x05 \x03(\x0b\x32\x1e.turnpike.conversation.v1.Item\x12-\n\x05tools\x18\x06 \x03(\x0b\x32\x1e.turnpike.conversation.v1.Tool\x12\x13\n\x0btool_choice\x18\x07 \x01(\t\x12\x1b\n\x13parallel_tool_calls\x18\x08 \x01(\x08\x12\x37\n\x08sampling\x18\t \x01(\x0b\x32%.turnpike.inference.v1.SamplingParams\x12\x19\n\x11tokens_per_second\x18\n \x01(\x01\x12\x0f\n\x07ttft_ms\x18\x0b \x01(\x01\x12!\n\x19prefill_tokens_per_second\x18\x0c \x01(\x01\x12\x0f\n\x07\x62\x61\x63kend\x18\r \x01(\t\x12\x14\n\x0cimage_tokens\x18\x0e \x01(\x05\x12\x36\n\x0btext_format\x18\x10 \x01(\x0b\x32!.turnpike.inference.v1.TextFormat\x12\x18\n\x10reasoning_effort\x18\x11 \x01(\t\x12\x19\n\x11reasoning_summary\x18\x12 \x01(\t\x12\x1b\n\x0emax_tool_calls\x18\x13 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\tverbosity\x18\x14 \x01(\t\x12\x0e\n\x06tenant\x18\x15 \x01(\t\x12\x0c\n\x04keep\x18\x16 \x01(\x08\x12\x11\n\tcontinues\x18\x17 \x01(\t\x12\x17\n\x0f\x63ontinued_items\x18\x18 \x01(\x05\x12\x18\n\x10\x63ontinued_tokens\x18\x19 \x01(\x05\x42\x11\n\x0f_max_tool_callsJ\x04\x08\x03\x10\x04R\rprompt_tokens\"b\n\nTextFormat\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x13\n\x0bschema_json\x18\x04 \x01(\t\x12\x0e\n\x06strict\x18\x05 \x01(\x08\"\x9d\x02\n\rGenerateEvent\x12:\n\x0citem_started\x18\x01 \x01(\x0b\x32\".turnpike.inference.v1.ItemStartedH\x00\x12-\n\x05\x64\x65lta\x18\x02 \x01(\x0b\x32\x1c.turnpike.inference.v1.DeltaH\x00\x12\x34\n\titem_done\x18\x03 \x01(\x0b\x32\x1f.turnpike.inference.v1.ItemDoneH\x00\x12\x33\n\x08\x66inished\x18\x04 \x01(\x0b\x32\x1f.turnpike.inference.v1.FinishedH\x00\x12-\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x1c.turnpike.inference.v1.ErrorH\x00\x42\x07\n\x05\x65vent\"\xc0\x01\n\x0bItemStarted\x12\x35\n\x04kind\x18\x01 \x01(\x0e\x32\'.turnpike.inference.v1.ItemStarted.Kind\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0e\n\x06\x63ustom\x18\x04 \x01(\x08\"K\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0b\n\x07MESSAGE\x10\x01\x12\x11\n\rFUNCTION_CALL\x10\x02\x12\r\n\tREASONING\x10\x03\"6\n\x05\x44\x65lta\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x01(\x05\x12\x0f\n\x07summary\x18\x03 \x01(\x08\"\n\n\x08ItemDone\"e\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x05\x12\x15\n\rcached_tokens\x18\x02 \x01(\x05\x12\x15\n\routput_tokens\x18\x03 \x01(\x05\x12\x18\n\x10reasoning_tokens\x18\x04 \x01(\x05\"e\n\x07Timings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x12\n\nprefill_ms\x18\x02 \x01(\x01\x12\x11\n\tdecode_ms\x18\x03 \x01(\x01\x12\x0f\n\x07ttft_ms\x18\x04 \x01(\x01\x12\x10\n\x08total_ms\x18\x05 \x01(\x01\"\x92\x01\n\x08\x46inished\x12\x15\n\rfinish_reason\x18\x01 \x01(\t\x12+\n\x05usage\x18\x02 \x01(\x0b\x32\x1c.turnpike.inference.v1.Usage\x12/\n\x07timings\x18\x03 \x01(\x0b\x32\x1e.turnpike.inference.v1.Timings\x12\x11\n\tworker_id\x18\x04 \x01(\t\"9\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\x32g\n\tInference\x12Z\n\x08Generate\x12&.turnpike.inference.v1.GenerateRequest\x1a$.turnpike.inference.v1.GenerateEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%turnpike/inference/v1/inference.proto\x12\x15turnpike.inference.v1\x1a+turnpike/conversation/v1/conversation.proto\"F\n\x0eGenerateEvents\x12\x34\n\x06\x65vents\x18\x01 \x03(\x0b\x32$.turnpike.inference.v1.GenerateEvent\"\x92\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x01\x12\r\n\x05top_p\x18\x02 \x01(\x01\x12\x19\n\x11max_output_tokens\x18\x03 \x01(\x05\x12\x0c\n\x04seed\x18\x04 \x01(\x03\x12\x18\n\x10presence_penalty\x18\x05 \x01(\x01\x12\x19\n\x11\x66requency_penalty\x18\x06 \x01(\x01\"\xc2\x05\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06prompt\x18\x0f \x01(\x0c\x12\x14\n\x0cinstructions\x18\x04 \x01(\t\x12-\n\x05items\x18\x05 \x03(\x0b\x32\x1e.turnpike.conversation.v1.Item\x12-\n\x05tools\x18\x06 \x03(\x0b\x32\x1e.turnpike.conversation.v1.Tool\x12\x13\n\x0btool_choice\x18\x07 \x01(\t\x12\x1b\n\x13parallel_tool_calls\x18\x08 \x01(\x08\x12\x37\n\x08sampling\x18\t \x01(\x0b\x32%.turnpike.inference.v1.SamplingParams\x12\x19\n\x11tokens_per_second\x18\n \x01(\x01\x12\x0f\n\x07ttft_ms\x18\x0b \x01(\x01\x12!\n\x19prefill_tokens_per_second\x18\x0c \x01(\x01\x12\x0f\n\x07\x62\x61\x63kend\x18\r \x01(\t\x12\x14\n\x0cimage_tokens\x18\x0e \x01(\x05\x12\x36\n\x0btext_format\x18\x10 \x01(\x0b\x32!.turnpike.inference.v1.TextFormat\x12\x18\n\x10reasoning_effort\x18\x11 \x01(\t\x12\x19\n\x11reasoning_summary\x18\x12 \x01(\t\x12\x1b\n\x0emax_tool_calls\x18\x13 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\tverbosity\x18\x14 \x01(\t\x12\x0e\n\x06tenant\x18\x15 \x01(\t\x12\x0c\n\x04keep\x18\x16 \x01(\x08\x12\x11\n\tcontinues\x18\x17 \x01(\t\x12\x17\n\x0f\x63ontinued_items\x18\x18 \x01(\x05\x12\x18\n\x10\x63ontinued_tokens\x18\x19 \x01(\x05\x42\x11\n\x0f_max_tool_callsJ\x04\x08\x03\x10\x04R\rprompt_tokens\"b\n\nTextFormat\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x13\n\x0bschema_json\x18\x04 \x01(\t\x12\x0e\n\x06strict\x18\x05 \x01(\x08\"\x9d\x02\n\rGenerateEvent\x12:\n\x0citem_started\x18\x01 \x01(\x0b\x32\".turnpike.inference.v1.ItemStartedH\x00\x12-\n\x05\x64\x65lta\x18\x02 \x01(\x0b\x32\x1c.turnpike.inference.v1.DeltaH\x00\x12\x34\n\titem_done\x18\x03 \x01(\x0b\x32\x1f.turnpike.inference.v1.ItemDoneH\x00\x12\x33\n\x08\x66inished\x18\x04 \x01(\x0b\x32\x1f.turnpike.inference.v1.FinishedH\x00\x12-\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x1c.turnpike.inference.v1.ErrorH\x00\x42\x07\n\x05\x65vent\"\xc0\x01\n\x0bItemStarted\x12\x35\n\x04kind\x18\x01 \x01(\x0e\x32\'.turnpike.inference.v1.ItemStarted.Kind\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0e\n\x06\x63ustom\x18\x04 \x01(\x08\"K\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0b\n\x07MESSAGE\x10\x01\x12\x11\n\rFUNCTION_CALL\x10\x02\x12\r\n\tREASONING\x10\x03\"6\n\x05\x44\x65lta\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x01(\x05\x12\x0f\n\x07summary\x18\x03 \x01(\x08\"\n\n\x08ItemDone\"e\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x05\x12\x15\n\rcached_tokens\x18\x02 \x01(\x05\x12\x15\n\routput_tokens\x18\x03 \x01(\x05\x12\x18\n\x10reasoning_tokens\x18\x04 \x01(\x05\"e\n\x07Timings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x12\n\nprefill_ms\x18\x02 \x01(\x01\x12\x11\n\tdecode_ms\x18\x03 \x01(\x01\x12\x0f\n\x07ttft_ms\x18\x04 \x01(\x01\x12\x10\n\x08total_ms\x18\x05 \x01(\x01\"\x92\x01\n\x08\x46inished\x12\x15\n\rfinish_reason\x18\x01 \x01(\t\x12+\n\x05usage\x18\x02 \x01(\x0b\x32\x1c.turnpike.inference.v1.Usage\x12/\n\x07timings\x18\x03 \x01(\x0b\x32\x1e.turnpike.inference.v1.Timings\x12\x11\n\tworker_id\x18\x04 \x01(\t\"9\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\x32\xcb\x01\n\tInference\x12Z\n\x08Generate\x12&.turnpike.inference.v1.GenerateRequest\x1a$.turnpike.inference.v1.GenerateEvent0\x01\x12\x62\n\x0fGenerateBatched\x12&.turnpike.inference.v1.GenerateRequest\x1a%.turnpike.inference.v1.GenerateEvents0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'turnpike.inference.v1.inference_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SAMPLINGPARAMS']._serialized_start=110
-  _globals['_SAMPLINGPARAMS']._serialized_end=256
-  _globals['_GENERATEREQUEST']._serialized_start=259
-  _globals['_GENERATEREQUEST']._serialized_end=965
-  _globals['_TEXTFORMAT']._serialized_start=967
-  _globals['_TEXTFORMAT']._serialized_end=1065
-  _globals['_GENERATEEVENT']._serialized_start=1068
-  _globals['_GENERATEEVENT']._serialized_end=1353
-  _globals['_ITEMSTARTED']._serialized_start=1356
-  _globals['_ITEMSTARTED']._serialized_end=1548
-  _globals['_ITEMSTARTED_KIND']._serialized_start=1473
-  _globals['_ITEMSTARTED_KIND']._serialized_end=1548
-  _globals['_DELTA']._serialized_start=1550
-  _globals['_DELTA']._serialized_end=1604
-  _globals['_ITEMDONE']._serialized_start=1606
-  _globals['_ITEMDONE']._serialized_end=1616
-  _globals['_USAGE']._serialized_start=1618
-  _globals['_USAGE']._serialized_end=1719
-  _globals['_TIMINGS']._serialized_start=1721
-  _globals['_TIMINGS']._serialized_end=1822
-  _globals['_FINISHED']._serialized_start=1825
-  _globals['_FINISHED']._serialized_end=1971
-  _globals['_ERROR']._serialized_start=1973
-  _globals['_ERROR']._serialized_end=2030
-  _globals['_INFERENCE']._serialized_start=2032
-  _globals['_INFERENCE']._serialized_end=2135
+  _globals['_GENERATEEVENTS']._serialized_start=109
+  _globals['_GENERATEEVENTS']._serialized_end=179
+  _globals['_SAMPLINGPARAMS']._serialized_start=182
+  _globals['_SAMPLINGPARAMS']._serialized_end=328
+  _globals['_GENERATEREQUEST']._serialized_start=331
+  _globals['_GENERATEREQUEST']._serialized_end=1037
+  _globals['_TEXTFORMAT']._serialized_start=1039
+  _globals['_TEXTFORMAT']._serialized_end=1137
+  _globals['_GENERATEEVENT']._serialized_start=1140
+  _globals['_GENERATEEVENT']._serialized_end=1425
+  _globals['_ITEMSTARTED']._serialized_start=1428
+  _globals['_ITEMSTARTED']._serialized_end=1620
+  _globals['_ITEMSTARTED_KIND']._serialized_start=1545
+  _globals['_ITEMSTARTED_KIND']._serialized_end=1620
+  _globals['_DELTA']._serialized_start=1622
+  _globals['_DELTA']._serialized_end=1676
+  _globals['_ITEMDONE']._serialized_start=1678
+  _globals['_ITEMDONE']._serialized_end=1688
+  _globals['_USAGE']._serialized_start=1690
+  _globals['_USAGE']._serialized_end=1791
+  _globals['_TIMINGS']._serialized_start=1793
+  _globals['_TIMINGS']._serialized_end=1894
+  _globals['_FINISHED']._serialized_start=1897
+  _globals['_FINISHED']._serialized_end=2043
+  _globals['_ERROR']._serialized_start=2045
+  _globals['_ERROR']._serialized_end=2102
+  _globals['_INFERENCE']._serialized_start=2105
+  _globals['_INFERENCE']._serialized_end=2308
 # @@protoc_insertion_point(module_scope)

@@ -40,6 +40,11 @@ class InferenceStub:
                 request_serializer=turnpike_dot_inference_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=turnpike_dot_inference_dot_v1_dot_inference__pb2.GenerateEvent.FromString,
                 _registered_method=True)
+        self.GenerateBatched = channel.unary_stream(
+                '/turnpike.inference.v1.Inference/GenerateBatched',
+                request_serializer=turnpike_dot_inference_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
+                response_deserializer=turnpike_dot_inference_dot_v1_dot_inference__pb2.GenerateEvents.FromString,
+                _registered_method=True)
 
 
 class InferenceServicer:
@@ -52,6 +57,15 @@ class InferenceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GenerateBatched(self, request, context):
+        """The same events, those due at the same moment in one message (an item's start and
+        its first delta; the last delta, the item's end and the finish): a message is a write
+        here and a read at the caller, whatever it holds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -59,6 +73,11 @@ def add_InferenceServicer_to_server(servicer, server):
                     servicer.Generate,
                     request_deserializer=turnpike_dot_inference_dot_v1_dot_inference__pb2.GenerateRequest.FromString,
                     response_serializer=turnpike_dot_inference_dot_v1_dot_inference__pb2.GenerateEvent.SerializeToString,
+            ),
+            'GenerateBatched': grpc.unary_stream_rpc_method_handler(
+                    servicer.GenerateBatched,
+                    request_deserializer=turnpike_dot_inference_dot_v1_dot_inference__pb2.GenerateRequest.FromString,
+                    response_serializer=turnpike_dot_inference_dot_v1_dot_inference__pb2.GenerateEvents.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -89,6 +108,33 @@ class Inference:
             '/turnpike.inference.v1.Inference/Generate',
             turnpike_dot_inference_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
             turnpike_dot_inference_dot_v1_dot_inference__pb2.GenerateEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GenerateBatched(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/turnpike.inference.v1.Inference/GenerateBatched',
+            turnpike_dot_inference_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
+            turnpike_dot_inference_dot_v1_dot_inference__pb2.GenerateEvents.FromString,
             options,
             channel_credentials,
             insecure,
