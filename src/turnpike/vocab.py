@@ -72,4 +72,7 @@ def plain_encoding() -> tiktoken.Encoding:
         spec = public.o200k_base()
     finally:
         public.load_tiktoken_bpe = download
-    return tiktoken.Encoding(**spec)
+    encoding = tiktoken.Encoding(**spec)
+    # The Rust core holds its own copy; the Python dict (~30 MB) serves only pickling.
+    encoding._mergeable_ranks = {}
+    return encoding
