@@ -1,4 +1,5 @@
-"""Client spans for the gRPC calls a service makes, without grpc.aio interceptors.
+"""Client spans and trace context for the gRPC calls a service makes, without grpc.aio
+interceptors.
 
 A channel given interceptors wraps every call (and every message of every stream) in
 grpcio's intercepted-call machinery: an extra task and queue per call, paid whether or
@@ -7,8 +8,10 @@ themselves (``make bench-load`` with a tracing variant; docs/observability.md). 
 channel is wrapped instead: each unary or server-streaming method, when called, starts
 a client span named as the instrumentation names it (``/package.Service/Method``), puts
 its W3C context in the call's metadata, and ends it when the call ends, with its status
-(however far a stream's caller read). Bidirectional streams (the session streams) trace
-each exchange themselves; health checks are not traced.
+(however far a stream's caller read). A unary call only carries the caller's context: its
+server span is the child of the span that asked, and a client span per call each way
+was a third of what tracing cost a turn. Bidirectional streams (the session streams)
+trace each exchange themselves; health checks are not traced.
 """
 
 from __future__ import annotations
@@ -42,6 +45,19 @@ async def _end_with_status(span: trace.Span, call: grpc.aio.Call) -> None:
             span.set_status(Status(StatusCode.ERROR, await call.details()))
     finally:
         span.end()
+
+
+class _Propagated:
+    """A multicallable whose calls carry the current trace context, without a span of
+    their own: the service's span of the call is the child of the caller's current span."""
+
+    def __init__(self, inner: Callable[..., Any]) -> None:
+        self._inner = inner
+
+    def __call__(self, request: Any, *, metadata: Sequence[Any] | None = None, **kw: Any) -> Any:
+        carrier: dict[str, str] = {}
+        inject(carrier)
+        return self._inner(request, metadata=(*(metadata or ()), *carrier.items()), **kw)
 
 
 class _Traced:
@@ -80,13 +96,25 @@ def _end_later(span: trace.Span, call: grpc.aio.Call) -> None:
 class TracedChannel:
     """``channel``, its unary and server-streaming methods traced (see the module)."""
 
-    def __init__(self, channel: grpc.aio.Channel, tracer: trace.Tracer | None = None) -> None:
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        tracer: trace.Tracer | None = None,
+        unary_spans: bool = False,
+    ) -> None:
         self._channel = channel
         self._tracer = tracer or trace.get_tracer("turnpike.grpc")
+        # A unary call's client span says little its server span does not (when it was
+        # asked, how long it took), and costs as much as one: only carried by default.
+        self._unary_spans = unary_spans
 
     def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> Any:
         inner = self._channel.unary_unary(method, *args, **kwargs)
-        return inner if method.startswith(UNTRACED_PREFIX) else _Traced(inner, method, self._tracer)
+        if method.startswith(UNTRACED_PREFIX):
+            return inner
+        if self._unary_spans:
+            return _Traced(inner, method, self._tracer)
+        return _Propagated(inner)
 
     def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
         inner = self._channel.unary_stream(method, *args, **kwargs)

@@ -27,6 +27,7 @@ from support.otlp_receiver import (
     SERVER,
     Receiver,
     Span,
+    caller_of,
     check_hops,
     exporter_env,
     parent_of,
@@ -143,13 +144,6 @@ def check_stages(response: Span, members: list[Span], expected: set[str]) -> dic
     assert expected <= set(stages), tree(members)
     for stage in stages.values():
         assert stage.service == "gateway" and stage.parent_id == response.span_id, tree(members)
-    # What the gateway asked: its client spans, and the services' spans of session
-    # exchanges (which have no client span: turnpike.gateway.upstream.session_stream).
-    gateway_calls = {
-        s.name: s
-        for s in members
-        if (s.service == "gateway" and s.kind == CLIENT) or s.name.endswith(" exchange")
-    }
     # Legacy calls safety and the tokenizer; the others ask on the connection's streams.
     legacy = response.attributes["turnpike.pipeline"] == "legacy"
     calls = [
@@ -161,7 +155,7 @@ def check_stages(response: Span, members: list[Span], expected: set[str]) -> dic
         # The other pipelines keep model configurations in process: no router call.
         calls.append(("resolve", "stage.resolve_model"))
     for rpc, stage_name in calls:
-        assert gateway_calls[RPC[rpc]].parent_id == stages[stage_name].span_id, rpc
+        assert caller_of(members, RPC[rpc]).parent_id == stages[stage_name].span_id, rpc
     return stages
 
 
@@ -258,7 +252,7 @@ def test_one_http_response_is_one_trace_across_every_service(traced: Traced) -> 
     assert deliver.attributes["turnpike.billing.event_id"] == response.id
     billing_trace = trace_of(traced.receiver.spans(), deliver.trace_id)
     check_hops(billing_trace)
-    assert parent_of(billing_trace, parent_of(billing_trace, billing)) == deliver
+    assert parent_of(billing_trace, billing) == deliver  # a unary call: no client span
     check_no_strays(check_no_orphans(traced.receiver))
 
 
@@ -297,7 +291,7 @@ def test_the_legacy_pipeline_traces_the_image_hop(traced: Traced) -> None:
     assert gateway_call.parent_id == stages["stage.generate"].span_id
     # Legacy bills before the terminal event, on the response's own path.
     [billing] = server_spans(members, "billing", RPC["usage"])
-    assert parent_of(members, parent_of(members, billing)) == stages["stage.finalize"]
+    assert parent_of(members, billing) == stages["stage.finalize"]  # a unary call
     check_no_strays(check_no_orphans(traced.receiver))
 
 
@@ -332,13 +326,8 @@ def test_by_default_a_response_traces_its_hops_and_times_its_stages(
     # No span per stage: each call to a service is the response's child, and each
     # stage's time is an attribute of the response's span.
     assert not [s for s in members if s.name.startswith("stage.")], tree(members)
-    calls = {
-        s.name: s
-        for s in members
-        if (s.service == "gateway" and s.kind == CLIENT) or s.name.endswith(" exchange")
-    }
     for rpc in ("classify", "render", "generate"):
-        assert calls[RPC[rpc]].parent_id == span.span_id, tree(members)
+        assert caller_of(members, RPC[rpc]).parent_id == span.span_id, tree(members)
     for stage in ("safety", "render", "generate"):
         assert span.attributes[f"turnpike.stage.{stage}_ms"] >= 0, span.attributes
     check_no_strays(check_no_orphans(traced_lean.receiver))

@@ -108,10 +108,10 @@ def parent_of(members: list[Span], span: Span) -> Span:
 
 
 def check_hops(members: list[Span]) -> None:
-    """Every backend server span is the child of its caller's client span for the same
-    RPC (context crossed the hop), and every client span has exactly one server span.
-    An exchange on a session stream has no client span: the service's span of it is the
-    child of the gateway span that asked (the response's, or its stage's)."""
+    """Every backend server span is the child of a span of its caller (context crossed the
+    hop): of the caller's client span for the same RPC (a streaming call), or of the span
+    that asked (a unary call, or an exchange on a session stream: no client span of its
+    own, turnpike.grpc_tracing); and every client span has exactly one server span."""
     by_id = {s.span_id: s for s in members}
     for span in members:
         if span.kind != SERVER or span.service == "gateway":
@@ -119,14 +119,23 @@ def check_hops(members: list[Span]) -> None:
         parent = by_id.get(span.parent_id)
         assert parent is not None, f"{span.service} {span.name} has no parent in the trace"
         assert parent.service != span.service, (span, parent)
-        if span.name.endswith(" exchange"):
-            assert parent.service == "gateway" and parent.kind != CLIENT, (span, parent)
-            continue
-        assert parent.kind == CLIENT and parent.name == span.name, (span, parent)
+        if parent.kind == CLIENT:
+            assert parent.name == span.name, (span, parent)
     for span in members:
         if span.kind == CLIENT:
             children = [s for s in members if s.parent_id == span.span_id and s.kind == SERVER]
             assert len(children) == 1, f"client span {span.service} {span.name}: {children}"
+
+
+def caller_of(members: list[Span], rpc: str, service: str = "gateway") -> Span:
+    """What ``service`` made of its call ``rpc``: its client span (a streaming call), or
+    else the server span of the call, whose parent is the caller's span that asked."""
+    clients = [s for s in members if s.service == service and s.kind == CLIENT and s.name == rpc]
+    if clients:
+        [client] = clients
+        return client
+    [served] = [s for s in members if s.kind == SERVER and s.name == rpc]
+    return served
 
 
 def chain_to_root(members: list[Span], span: Span, root: Span) -> list[Span]:

@@ -100,7 +100,10 @@ class WorkerGeneration:
         while attempt < MAX_WORKER_ATTEMPTS:
             route = generation.route
             assert route is not None
-            gen_request = _generate_request(prepared, None if whole else route)
+            # Continuations only to a worker that knows them: one that answers
+            # GenerateBatched (an older one would take the continuation for the whole).
+            continuable = not whole and route.worker_address not in self.unbatched
+            gen_request = _generate_request(prepared, route if continuable else None)
             started = False
             stream = self._worker_stream(prepared, route, gen_request)
             try:
