@@ -18,6 +18,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
+from turnpike.grpc_wrapping import WrappingInterceptor, messages_of
+
 
 @dataclass(frozen=True)
 class _Malformed:
@@ -73,35 +75,15 @@ def _streaming(inner: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
     async def behavior(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         if isinstance(request, _Malformed):
             await _refuse(request, context)
-        result = inner(request, context)
-        if inspect.isawaitable(result):  # writes with context.write, returns nothing
-            await result
-            return
-        async for message in result:
+        async for message in messages_of(inner(request, context)):
             yield message
 
     return behavior
 
 
-class MalformedRequestInterceptor(grpc.aio.ServerInterceptor):
+class MalformedRequestInterceptor(WrappingInterceptor):
     def __init__(self) -> None:
-        # method -> (the handler it wraps, the wrapped one): built on a method's first call.
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        known = self._wrapped.get(handler_call_details.method)
-        if known is not None and known[0] is handler:
-            return known[1]
-        wrapped = _wrap(handler)
-        self._wrapped[handler_call_details.method] = (handler, wrapped)
-        return wrapped
+        super().__init__(lambda method, handler: _wrap(handler))
 
 
 def _wrap(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:

@@ -88,29 +88,14 @@ def shutdown_tracing() -> None:
         shutdown()
 
 
-def _untraced_filter():
-    from opentelemetry.instrumentation.grpc import filters
-
-    # Health probes run every few hundred ms per peer: traces of them are noise. A session
-    # stream lives as long as a client connection: its exchanges get spans of their own
-    # (turnpike.session_server), not one span for the stream's whole life.
-    return filters.negate(
-        filters.any_of(
-            filters.health_check(),
-            filters.method_name("ClassifySession"),
-            filters.method_name("RenderSession"),
-        )
-    )
-
-
 def grpc_server_interceptors() -> list[Any]:
     """A server span per RPC, child of the caller's span (``traceparent`` metadata).
     (Clients are traced by ``turnpike.grpc_tracing``, without interceptors.)"""
     if not _enabled:
         return []
-    from opentelemetry.instrumentation.grpc import aio_server_interceptor
+    from turnpike.grpc_tracing import ServerSpansInterceptor
 
-    return [aio_server_interceptor(filter_=_untraced_filter())]
+    return [ServerSpansInterceptor()]
 
 
 def tracer(name: str) -> trace.Tracer:
