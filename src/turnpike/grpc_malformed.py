@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from turnpike.grpc_wrapping import WrappingInterceptor, messages_of
+from turnpike.grpc_wrapping import WrappingInterceptor, messages_of, replace
 
 
 @dataclass(frozen=True)
@@ -91,19 +91,7 @@ def _wrap(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     if handler.request_streaming:
         if not handler.response_streaming:
             return handler  # no service of ours takes a stream and answers once
-        return grpc.stream_stream_rpc_method_handler(
-            _requests_streaming(handler.stream_stream),
-            request_deserializer=deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return replace(handler, _requests_streaming(handler.stream_stream), deserializer)
     if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(
-            _streaming(handler.unary_stream),
-            request_deserializer=deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    return grpc.unary_unary_rpc_method_handler(
-        _unary(handler.unary_unary),
-        request_deserializer=deserializer,
-        response_serializer=handler.response_serializer,
-    )
+        return replace(handler, _streaming(handler.unary_stream), deserializer)
+    return replace(handler, _unary(handler.unary_unary), deserializer)

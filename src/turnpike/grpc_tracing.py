@@ -156,6 +156,11 @@ _SERVER_ERRORS = frozenset(
 )
 
 
+# A session stream lives as long as its client connection: its exchanges are spanned one by
+# one (turnpike.session_server), not the stream's whole life.
+UNSPANNED_METHODS = frozenset({"ClassifySession", "RenderSession"})
+
+
 class _ServerSpans:
     """A server span around every call of one method, the child of the caller's context
     (its ``traceparent`` metadata) and current while the servicer runs."""
@@ -200,9 +205,6 @@ class ServerSpansInterceptor(AroundCallsInterceptor):
     def __init__(self, tracer: trace.Tracer | None = None) -> None:
         spans_tracer = tracer or trace.get_tracer("turnpike.grpc")
         super().__init__(lambda method: _spanned(method, spans_tracer))
-
-
-UNSPANNED_METHODS = frozenset({"ClassifySession", "RenderSession"})
 
 
 def _spanned(method: str, tracer: trace.Tracer) -> _ServerSpans | None:

@@ -71,8 +71,8 @@ class AroundCallsInterceptor(WrappingInterceptor):
 
 def wrap(handler: grpc.RpcMethodHandler, around: AroundCall) -> grpc.RpcMethodHandler:
     if handler.response_streaming:
-        return _replace(handler, _around_stream(_behavior(handler), around))
-    return _replace(handler, _around_unary(_behavior(handler), around))
+        return replace(handler, _around_stream(_behavior(handler), around))
+    return replace(handler, _around_unary(_behavior(handler), around))
 
 
 def _behavior(handler: grpc.RpcMethodHandler) -> Callable[..., Any]:
@@ -99,17 +99,25 @@ def _around_stream(inner: Callable[..., Any], around: AroundCall) -> Callable[..
     return behavior
 
 
-async def messages_of(result: Any) -> AsyncIterator[Any]:
-    """What a streaming behaviour sends: the messages it yields, or none when it wrote them
-    with ``context.write`` (a coroutine that returns nothing)."""
-    if inspect.isawaitable(result):
-        await result
-        return
-    async for message in result:
-        yield message
+def messages_of(result: Any) -> AsyncIterator[Any]:
+    """What a streaming behaviour sends: its own iterator when it yields messages (no layer
+    between it and the caller, as this runs per message), none when it wrote them with
+    ``context.write`` (a coroutine that returns nothing)."""
+    return _written(result) if inspect.isawaitable(result) else result
 
 
-def _replace(handler: grpc.RpcMethodHandler, behavior: Callable[..., Any]) -> grpc.RpcMethodHandler:
+async def _written(result: Awaitable[None]) -> AsyncIterator[Any]:
+    await result
+    return
+    yield  # an async generator that yields nothing
+
+
+def replace(
+    handler: grpc.RpcMethodHandler,
+    behavior: Callable[..., Any],
+    request_deserializer: Callable[[bytes], Any] | None = None,
+) -> grpc.RpcMethodHandler:
+    """``handler`` of the same kind with another behaviour (and deserializer, if given)."""
     make = {
         (False, False): grpc.unary_unary_rpc_method_handler,
         (False, True): grpc.unary_stream_rpc_method_handler,
@@ -118,6 +126,6 @@ def _replace(handler: grpc.RpcMethodHandler, behavior: Callable[..., Any]) -> gr
     }[(handler.request_streaming, handler.response_streaming)]
     return make(
         behavior,
-        request_deserializer=handler.request_deserializer,
+        request_deserializer=request_deserializer or handler.request_deserializer,
         response_serializer=handler.response_serializer,
     )
