@@ -253,7 +253,9 @@ async def test_sampling_starts_on_a_request_and_stops_when_nobody_looks() -> Non
     await asyncio.sleep(0.2)
     assert collects == 0 and not live.sampling  # nothing until someone looks
     data = await live.data()
-    assert data["empty"] is False and collects == 1
+    # The request's own sample shows the totals at once (the sampling loop it started may
+    # have ticked too, on a machine slow to come back from the readiness call).
+    assert data["empty"] is False and collects >= 1
     await asyncio.sleep(0.2)
     assert live.sampling and collects >= 3
     await asyncio.sleep(0.4)

@@ -166,7 +166,7 @@ async def test_real_time_speed_with_several_tokens_per_delta_is_accurate(tps: fl
     # The first delta is what is due when the pacer wakes at the start, not a group of
     # min_tokens: at most the tokens due by its arrival (a loaded machine wakes late).
     first_at, first_tokens = arrivals[0]
-    assert first_at - start < 0.05
+    assert first_at - start < 0.25  # prompt, not held for a group (it is 1.2 s of tokens)
     assert first_tokens <= 1 + int((first_at - start) * tps) + 1
     achieved = (count - 1) / (arrivals[-1][0] - start)
     assert achieved == pytest.approx(tps, rel=0.15)
